@@ -1,0 +1,32 @@
+"""The Triton CPU interpreter: numerics only; its timer is the wall clock (for driver tests)."""
+from __future__ import annotations
+
+import time
+
+
+class InterpreterBackend:
+    """Runs kernels on CPU tensors under ``TRITON_INTERPRET=1``; timings mean nothing."""
+
+    name = "interpreter"
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+
+    def toolchain(self) -> dict[str, str]:
+        import torch
+        import triton
+
+        return {"triton": triton.__version__, "torch": torch.__version__.split("+")[0], "device": "cpu"}
+
+    def synchronize(self) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+    def timer(self):
+        def measure(fn) -> float:
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+        return measure

@@ -1,0 +1,211 @@
+"""Safe formulas: constraints, budgets, defaults and dispatch keys are data, never ``eval``.
+
+A formula is parsed with :mod:`ast` and checked against a whitelist: literals, names, tuples,
+arithmetic (``+ - * / // % **``), comparisons (including ``in``), ``and``/``or``/``not``, the
+conditional expression and calls of the functions in :data:`FUNCTIONS`. Attribute access,
+subscripts, lambdas, comprehensions and any other call are refused at parse time. A parsed
+formula evaluates by walking the checked tree and renders back to Python source for the
+generated dispatch code. Imports only :mod:`opgen.errors`.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .errors import ExprError
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers."""
+    return -(-a // b)
+
+
+def pow2(x: int) -> int:
+    """The smallest power of two that is >= x (1 for x <= 1)."""
+    return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()
+
+
+def log2(x: int) -> int:
+    """Integer base-2 logarithm, rounded down; x must be positive."""
+    if x <= 0:
+        raise ValueError(f"log2 of non-positive {x}")
+    return int(x).bit_length() - 1
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "min": min, "max": max, "abs": abs, "cdiv": cdiv, "pow2": pow2, "log2": log2,
+}
+
+# Source of the helpers for generated modules; builtins (min, max, abs) need none.
+_HELPER_SOURCE = {
+    "cdiv": "def cdiv(a, b):\n    return -(-a // b)\n",
+    "pow2": "def pow2(x):\n    return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()\n",
+    "log2": "def log2(x):\n    return int(x).bit_length() - 1\n",
+}
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
+}
+_MAX_POW = 64  # bound exponents so a formula cannot build huge integers
+
+
+def _check(node: ast.AST, source: str, names: set[str], calls: set[str]) -> None:
+    """Refuse any node outside the whitelist; collect free names and called functions."""
+    if isinstance(node, ast.Expression):
+        _check(node.body, source, names, calls)
+    elif isinstance(node, ast.Constant):
+        if not isinstance(node.value, (int, float, bool, str)) and node.value is not None:
+            raise ExprError(source, f"constant {node.value!r} is not allowed")
+    elif isinstance(node, ast.Name):
+        if node.id in FUNCTIONS:
+            raise ExprError(source, f"function {node.id!r} must be called, not used as a value")
+        names.add(node.id)
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        for elt in node.elts:
+            _check(elt, source, names, calls)
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        _check(node.left, source, names, calls)
+        _check(node.right, source, names, calls)
+    elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        _check(node.operand, source, names, calls)
+    elif isinstance(node, ast.BoolOp):
+        for value in node.values:
+            _check(value, source, names, calls)
+    elif isinstance(node, ast.Compare) and all(type(op) in _CMPOPS for op in node.ops):
+        for sub in (node.left, *node.comparators):
+            _check(sub, source, names, calls)
+    elif isinstance(node, ast.IfExp):
+        for sub in (node.test, node.body, node.orelse):
+            _check(sub, source, names, calls)
+    elif isinstance(node, ast.Call):
+        func = node.func
+        if not isinstance(func, ast.Name) or func.id not in FUNCTIONS:
+            shown = ast.unparse(func)
+            raise ExprError(source, f"call of {shown!r} is not allowed "
+                                    f"(allowed: {', '.join(sorted(FUNCTIONS))})")
+        if node.keywords:
+            raise ExprError(source, f"keyword arguments to {func.id!r} are not allowed")
+        calls.add(func.id)
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                raise ExprError(source, "starred arguments are not allowed")
+            _check(arg, source, names, calls)
+    elif isinstance(node, ast.Attribute):
+        raise ExprError(source, f"attribute access {ast.unparse(node)!r} is not allowed")
+    elif isinstance(node, ast.Subscript):
+        raise ExprError(source, f"subscript {ast.unparse(node)!r} is not allowed")
+    else:
+        raise ExprError(source, f"{type(node).__name__} is not allowed in a formula")
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A parsed, whitelisted formula.
+
+    Attributes:
+        source: the formula as written.
+        names: free names it reads (sorted).
+        calls: whitelisted functions it calls (sorted).
+    """
+
+    source: str
+    names: tuple[str, ...]
+    calls: tuple[str, ...]
+    _tree: ast.Expression = field(repr=False, compare=False)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """Evaluate against ``env``; an unknown name or a failing operation is an ExprError."""
+        try:
+            return _eval(self._tree.body, env, self.source)
+        except ExprError:
+            raise
+        except (ArithmeticError, TypeError, ValueError) as exc:
+            raise ExprError(self.source, f"{type(exc).__name__}: {exc}") from None
+
+    def to_python(self) -> str:
+        """Python source of the formula (for generated code); helpers keep their names."""
+        return ast.unparse(self._tree.body)
+
+
+def _eval(node: ast.AST, env: Mapping[str, Any], source: str) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise ExprError(source, f"unknown name {node.id!r} (known: {', '.join(sorted(env))})")
+        return env[node.id]
+    if isinstance(node, ast.Tuple | ast.List):
+        return tuple(_eval(e, env, source) for e in node.elts)
+    if isinstance(node, ast.BinOp):
+        left, right = _eval(node.left, env, source), _eval(node.right, env, source)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW:
+            raise ExprError(source, f"exponent {right} exceeds {_MAX_POW}")
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_eval(node.operand, env, source))
+    if isinstance(node, ast.BoolOp):
+        is_and = isinstance(node.op, ast.And)
+        value: Any = is_and
+        for sub in node.values:
+            value = _eval(sub, env, source)
+            if bool(value) != is_and:
+                return value
+        return value
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env, source)
+        for op, comp in zip(node.ops, node.comparators):
+            right = _eval(comp, env, source)
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        branch = node.body if _eval(node.test, env, source) else node.orelse
+        return _eval(branch, env, source)
+    if isinstance(node, ast.Call):
+        func = FUNCTIONS[node.func.id]  # type: ignore[union-attr]
+        return func(*(_eval(a, env, source) for a in node.args))
+    raise ExprError(source, f"{type(node).__name__} cannot be evaluated")  # unreachable
+
+
+def parse(source: str | int | float | bool) -> Expr:
+    """Parse and check a formula; numbers and booleans are accepted as constant formulas.
+
+    Raises:
+        ExprError: on a syntax error or any construct outside the whitelist.
+    """
+    if isinstance(source, (bool, int, float)):
+        source = repr(source)
+    if not isinstance(source, str):
+        raise ExprError(repr(source), "a formula must be a string or a number")
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(source, f"syntax error: {exc.msg}") from None
+    names: set[str] = set()
+    calls: set[str] = set()
+    _check(tree, source, names, calls)
+    return Expr(source, tuple(sorted(names)), tuple(sorted(calls)), tree)
+
+
+def python_helpers(calls: set[str] | frozenset[str]) -> str:
+    """Source defining the helper functions that rendered formulas call (sorted, stable)."""
+    return "\n\n".join(_HELPER_SOURCE[name] for name in sorted(calls) if name in _HELPER_SOURCE)
+
+
+def is_finite_number(x: object) -> bool:
+    """True for an int or float (not bool) that is finite."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

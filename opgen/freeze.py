@@ -1,0 +1,265 @@
+"""``opgen build``: render every op's kernels, frozen tables and public API into ``generated/``.
+
+The output is a pure function of the specs, the templates and the tuning records, byte for byte;
+``check`` compares what would be written with what is on disk. Uses ``spec``, ``space``,
+``render``, ``records``, ``hardware``, ``expr``, ``errors``.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import records as records_mod
+from .errors import BuildError, SpecError
+from .expr import Expr, python_helpers
+from .hardware import PROFILES, ChipProfile
+from .render import content_hash, environment, file_hash, header, render
+from .space import budget_formula, variants_for
+from .spec import KeyField, OpSpec, load_specs
+
+GENERATED = "generated"
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    """One file of ``generated/``: its path relative to the repository root and its text."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class OpInputs:
+    """The files an op's output depends on, with their hashes for the headers."""
+
+    spec_path: str
+    spec_hash: str
+    templates_glob: str
+    templates_hash: str
+
+
+def _template_files(root: Path, op: str) -> list[Path]:
+    files = sorted((root / "templates" / op).glob("*.j2")) + sorted((root / "templates" / "_opgen").glob("*.j2"))
+    if not files:
+        raise BuildError(f"no templates for {op} under templates/{op}/")
+    return files
+
+
+def _op_inputs(root: Path, spec: OpSpec) -> OpInputs:
+    spec_file = root / "specs" / f"{spec.op}.yaml"
+    return OpInputs(f"specs/{spec.op}.yaml", file_hash([spec_file]),
+                    f"templates/{{{spec.op},_opgen}}/*.j2", file_hash(_template_files(root, spec.op)))
+
+
+def _header(inputs: OpInputs, records: tuple[str, str] | None = None) -> str:
+    rows = [("spec", inputs.spec_path, inputs.spec_hash),
+            ("templates", inputs.templates_glob, inputs.templates_hash)]
+    if records is not None:
+        rows.append(("records", *records))
+    return header(rows)
+
+
+def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list[str]:
+    fields = []
+    for _, field, _, _ in string.Formatter().parse(message):
+        if field is None:
+            continue
+        if field not in known:
+            raise SpecError(spec.path, at, f"message fields among {sorted(known)}", field)
+        if field not in fields:
+            fields.append(field)
+    return fields
+
+
+def _signature_context(spec: OpSpec) -> dict[str, Any]:
+    sig = spec.signature
+    tensors = [dict(name=n, dims=t.dims, dtypes=t.dtypes, doc=t.doc) for n, t in sig.tensors.items()]
+    scalars = [dict(name=n, type=s.type, default=s.default, doc=s.doc,
+                    choices=None if s.choices is None else tuple(s.choices)) for n, s in sig.scalars.items()]
+    binds, dim_checks, bound = [], [], {}
+    for name, t in sig.tensors.items():
+        for axis, dim in enumerate(t.dims):
+            if dim in spec.params:
+                dim_checks.append((name, axis, dim, f"from {spec.params[dim].source}"))
+            elif dim in bound:
+                dim_checks.append((name, axis, dim, f"from {bound[dim]}"))
+            else:
+                bound[dim] = f"{name}.shape[{axis}]"
+                binds.append((dim, name, axis))
+    outputs = []
+    for name, out in sig.outputs.items():
+        dtype = f"{out.dtype}.dtype" if out.dtype in sig.tensors else f"torch.{out.dtype}"
+        outputs.append(dict(name=name, dims=out.dims, dtype=dtype, doc=out.doc))
+    known = set(spec.param_names())
+    checks = [dict(rule=c.rule.to_python(), error=c.error, message=c.message,
+                   fields=_format_fields(spec, c.message, known, f"checks.{i}.message"))
+              for i, c in enumerate(spec.checks)]
+    return dict(tensors=tensors, scalars=scalars, binds=binds, dim_checks=dim_checks,
+                outputs=outputs, checks=checks,
+                params=[(n, e.to_python()) for n, e in spec.params.items()])
+
+
+def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[str, str, str, tuple[str, ...]]]]:
+    budgets = []
+    for rendering, formulas in sorted(spec.budgets.items()):
+        for kind, expr in formulas.items():
+            budgets.append((rendering, kind, expr.to_python(), expr.names))
+    by_rendering = {r: (k, names) for r, k, _, names in budgets}
+    axes = spec.variants.axes
+    out = []
+    for backend, defaults in spec.dispatch.defaults.items():
+        rendering = "cuda" if backend == "cuda" else "npu"
+        tunable_names = spec.tunables_for(backend)
+        fixed = [(axis, opt, [(n, e.to_python()) for n, e in o.fixed.items() if n in tunable_names])
+                 for axis, options in axes.items() for opt, o in options.items()]
+        fixed = [row for row in fixed if row[2]]
+        fixed_names = {name for _, _, assignments in fixed for name, _ in assignments}
+        tunables, lists = [], []
+        for name in tunable_names:
+            value = defaults[name]
+            if isinstance(value, Expr):
+                tunables.append((name, value.to_python()))
+            elif name in fixed_names:
+                raise SpecError(spec.path, f"dispatch.defaults.{backend}.{name}",
+                                "a formula (a variant option fixes this tunable)", list(value))
+            else:
+                lists.append((name, tuple(value)))
+        kind, names = by_rendering.get(rendering, (None, ()))
+        if lists and kind is None:
+            raise SpecError(spec.path, f"dispatch.defaults.{backend}",
+                            f"a budget formula for {rendering} to choose among listed defaults", None)
+        if len(lists) == 1:
+            loop_target, loop_iter = lists[0][0], repr(lists[0][1])
+        else:
+            loop_target = ", ".join(n for n, _ in lists)
+            loop_iter = "itertools.product(" + ", ".join(repr(v) for _, v in lists) + ")"
+        out.append(dict(backend=backend, rendering=rendering, loop_target=loop_target, loop_iter=loop_iter,
+                        axes=[(a, defaults[a].to_python()) for a in axes], tunables=tunables,
+                        fixed=fixed, lists=lists, tunable_names=tunable_names,
+                        budget_kind=kind, budget_names=names))
+    return out, budgets
+
+
+def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
+    axes = list(spec.variants.axes)
+    defaults, budgets = _defaults_context(spec)
+    calls: set[str] = set()
+    for expr in _all_exprs(spec):
+        calls |= set(expr.calls)
+    legality = [(axis, opt, o.when.to_python())
+                for axis, options in spec.variants.axes.items() for opt, o in options.items()
+                if o.when.source.strip() != "True"]
+    legal_names = sorted({n for a in spec.variants.axes.values() for o in a.values() for n in o.when.names})
+    key = []
+    for name, field in spec.dispatch.key.items():
+        expr, buckets = (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
+        source = expr.to_python()
+        key.append((name, source if buckets is None else f"_bucket({source}, {buckets!r})"))
+    doc_lines = spec.doc.strip().splitlines()
+    variants = sorted({(v.name, tuple(o for _, o in v.options)) for r in ("cuda", "npu")
+                       for v in variants_for(spec, r)})
+    uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
+    return dict(header=_header(inputs), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
+                doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
+                variants=variants, defaults=defaults, budgets=budgets, legality=legality,
+                legal_names=legal_names, key=key, param_names=list(spec.param_names()),
+                launch_args=list(spec.api.launch_args), helpers=python_helpers(calls).rstrip("\n"),
+                chips=[(p.backend, p.device_names, p.name) for p in PROFILES.values()
+                       if p.backend in ("cuda", "npu")],
+                **_signature_context(spec))
+
+
+def _all_exprs(spec: OpSpec) -> list[Expr]:
+    exprs = list(spec.params.values()) + [c.rule for c in spec.checks]
+    exprs += [f.expr if isinstance(f, KeyField) else f for f in spec.dispatch.key.values()]
+    exprs += [v for d in spec.dispatch.defaults.values() for v in d.values() if isinstance(v, Expr)]
+    exprs += [e for f in spec.budgets.values() for e in f.values()]
+    for options in spec.variants.axes.values():
+        for o in options.values():
+            exprs += [o.when, *o.fixed.values()]
+    return exprs
+
+
+def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, env,
+                kernel_hashes: dict[str, str]) -> GeneratedFile:
+    rec_path = records_mod.record_path(root, chip.name, spec.op)
+    rel = rec_path.relative_to(root).as_posix()
+    table = records_mod.frozen_rows(spec, chip, rec_path, kernel_hashes)
+    rec_hash = file_hash([rec_path]) if rec_path.exists() else "none"
+    found = budget_formula(spec, chip)
+    budget_kind = found[0] if found else None
+    context = dict(header=_header(inputs, (rel, rec_hash)), op=spec.op, chip=chip.name,
+                   backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
+                   budget=chip.budget(budget_kind) if budget_kind else None,
+                   programs=chip.programs, key_names=tuple(spec.dispatch.key), rows=table.rows,
+                   filled=table.filled, stale=table.stale, source=chip.source)
+    text = render(env, "table.py.j2", context)
+    return GeneratedFile(f"{GENERATED}/{spec.op}/table_{chip.name}.py", text)
+
+
+def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
+    """Every generated file of one op."""
+    env = environment([root / "templates" / spec.op, root / "templates" / "_opgen"])
+    inputs = _op_inputs(root, spec)
+    base = f"{GENERATED}/{spec.op}"
+    files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs)))]
+    kernels_doc = f'"""Kernel modules of {spec.op}, one per variant and rendering."""\n'
+    files.append(GeneratedFile(f"{base}/kernels/__init__.py", _header(inputs) + kernels_doc))
+    hashes: dict[str, dict[str, str]] = {}
+    for rendering in ("cuda", "npu"):
+        doc = f'"""{spec.op} kernels rendered for {rendering}."""\n'
+        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", _header(inputs) + doc))
+        launch = [n for n, t in spec.tunables.items() if t.role == "launch" and rendering in t.domain]
+        for variant in variants_for(spec, rendering):
+            context = dict(header=_header(inputs), op=spec.op, variant_name=variant.name,
+                           backend=rendering, launch_options=launch, **variant.flags)
+            text = render(env, spec.variants.template, context)
+            hashes.setdefault(rendering, {})[variant.name] = records_mod.kernel_hash(text)
+            files.append(GeneratedFile(f"{base}/kernels/{rendering}/{variant.name}.py", text))
+    for chip in PROFILES.values():
+        files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering]))
+    return files
+
+
+def build_all(root: Path) -> list[GeneratedFile]:
+    """Every file of ``generated/`` for every spec under ``specs/``, sorted by path."""
+    specs = load_specs(root / "specs", root)
+    if not specs:
+        raise BuildError(f"no specs under {root / 'specs'}")
+    doc = '"""Generated operators. Import `generated.<op>`; never edit: run `opgen build`."""\n'
+    hashes = content_hash(s.op for s in specs)
+    files = [GeneratedFile(f"{GENERATED}/__init__.py",
+                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc)]
+    for spec in specs:
+        files.extend(build_op(root, spec))
+    return sorted(files, key=lambda f: f.path)
+
+
+def stale(root: Path, files: list[GeneratedFile]) -> list[str]:
+    """Paths that differ from ``files``: changed, missing, or on disk but not generated."""
+    wanted = {f.path: f.text for f in files}
+    out = []
+    for path, text in wanted.items():
+        target = root / path
+        if not target.exists() or target.read_bytes() != text.encode("utf-8"):
+            out.append(path)
+    on_disk = {p.relative_to(root).as_posix() for p in (root / GENERATED).rglob("*")
+               if p.is_file() and "__pycache__" not in p.parts}
+    out.extend(sorted(on_disk - set(wanted)))
+    return sorted(out)
+
+
+def write(root: Path, files: list[GeneratedFile]) -> list[str]:
+    """Write ``files`` and delete stray files under ``generated/``; return the paths changed."""
+    changed = stale(root, files)
+    wanted = {f.path for f in files}
+    for path in changed:
+        target = root / path
+        if path in wanted:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(next(f.text for f in files if f.path == path).encode("utf-8"))
+        else:
+            target.unlink()
+    return changed

@@ -1,0 +1,252 @@
+"""The search space: variants (one option per axis) and points (a variant plus tunable values).
+
+Pure enumeration: takes a spec, a chip profile and a concrete shape's params, returns tuples in
+declaration order, with counts of what the constraints and the on-chip budget removed and why.
+No I/O, no clock, no device. Uses ``spec``, ``expr``, ``hardware``, ``errors``.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .errors import BuildError, SpecError
+from .expr import Expr
+from .hardware import ChipProfile
+from .spec import DTYPES, OpSpec
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel variant: an option per axis.
+
+    Attributes:
+        name: option names joined by ``_`` in axis order (``fold_general_tiled``).
+        options: ``(axis, option)`` pairs in axis order.
+        backends: renderings that produce it.
+    """
+
+    name: str
+    options: tuple[tuple[str, str], ...]
+    backends: tuple[str, ...]
+
+    @property
+    def flags(self) -> dict[str, str]:
+        """Axis name to chosen option, as the templates and formulas see them."""
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A variant with a value for every tunable of a backend; its identity is its text."""
+
+    variant: str
+    values: tuple[tuple[str, Any], ...]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The tunable values as a dict."""
+        return dict(self.values)
+
+    def name(self) -> str:
+        """``variant:K1=v1,K2=v2`` in tunable declaration order."""
+        return self.variant + ":" + ",".join(f"{k}={v}" for k, v in self.values)
+
+
+@dataclass(frozen=True)
+class SpaceCount:
+    """How a variant's space shrank for one shape and chip."""
+
+    variant: str
+    total: int
+    duplicates: int
+    constrained: int
+    over_budget: int
+    feasible: int
+    reasons: tuple[tuple[str, int], ...]
+
+
+def all_variants(spec: OpSpec) -> tuple[Variant, ...]:
+    """Every combination of axis options, in declaration order, with the renderings it has."""
+    axes = spec.variants.axes
+    out = []
+    for combo in itertools.product(*(list(opts) for opts in axes.values())):
+        options = tuple(zip(axes, combo))
+        backends = tuple(b for b in ("cuda", "npu")
+                         if all(b in axes[a][o].backends for a, o in options))
+        if backends:
+            out.append(Variant("_".join(combo), options, backends))
+    return tuple(out)
+
+
+def variants_for(spec: OpSpec, rendering: str) -> tuple[Variant, ...]:
+    """Variants rendered for ``rendering`` (``cuda`` or ``npu``)."""
+    return tuple(v for v in all_variants(spec) if rendering in v.backends)
+
+
+def find_variant(spec: OpSpec, name: str) -> Variant:
+    """The variant called ``name``; an unknown name is a BuildError listing the known ones."""
+    for variant in all_variants(spec):
+        if variant.name == name:
+            return variant
+    names = ", ".join(v.name for v in all_variants(spec))
+    raise BuildError(f"{spec.op}: unknown variant {name!r}; known: {names}")
+
+
+def case_inputs(spec: OpSpec, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Inputs of one case row: dims, scalars (defaults filled) and ``<tensor>_dtype`` names.
+
+    ``dtype`` in a row applies to every tensor that allows it; other tensors take their first dtype.
+    """
+    env: dict[str, Any] = {name: arg.default for name, arg in spec.signature.scalars.items()}
+    for key, value in row.items():
+        if key != "dtype":
+            env[key] = value
+    wanted = row.get("dtype")
+    for name, arg in spec.signature.tensors.items():
+        env[f"{name}_dtype"] = wanted if wanted in arg.dtypes else arg.dtypes[0]
+    missing = [n for n in spec.input_names() if n not in env]
+    if missing:
+        raise SpecError(spec.path, "cases", f"values for {missing}", dict(row))
+    return env
+
+
+def evaluate_params(spec: OpSpec, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Inputs plus the spec's params, evaluated in order."""
+    env = dict(inputs)
+    for name, expr in spec.params.items():
+        env[name] = expr.evaluate(env)
+    return env
+
+
+def is_legal(spec: OpSpec, variant: Variant, params: Mapping[str, Any]) -> bool:
+    """Whether every option of ``variant`` is legal for these params."""
+    axes = spec.variants.axes
+    return all(bool(axes[a][o].when.evaluate(params)) for a, o in variant.options)
+
+
+def fixed_values(spec: OpSpec, variant: Variant, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Tunables that the variant's options fix, evaluated for these params."""
+    axes = spec.variants.axes
+    out: dict[str, Any] = {}
+    for axis, option in variant.options:
+        for name, expr in axes[axis][option].fixed.items():
+            if name in out:
+                raise SpecError(spec.path, f"variants.axes.{axis}.{option}.fixed.{name}",
+                                "a tunable fixed by one axis only", name)
+            out[name] = expr.evaluate(params)
+    return out
+
+
+def budget_formula(spec: OpSpec, profile: ChipProfile) -> tuple[str, Expr] | None:
+    """The ``(kind, formula)`` checked on ``profile``, or None (no formula, or the interpreter,
+    which has no on-chip memory and no launch options such as ``multibuffer``)."""
+    if profile.backend == "interpreter":
+        return None
+    formulas = spec.budgets.get(profile.rendering, {})
+    for kind, expr in formulas.items():
+        return kind, expr
+    return None
+
+
+def budget_bytes(spec: OpSpec, variant: Variant, config: Mapping[str, Any],
+                 params: Mapping[str, Any], profile: ChipProfile) -> tuple[str, int] | None:
+    """Estimated on-chip bytes of a point and the budget kind, or None without a formula."""
+    found = budget_formula(spec, profile)
+    if found is None:
+        return None
+    kind, expr = found
+    env = {**params, **variant.flags, **config}
+    return kind, int(expr.evaluate(env))
+
+
+def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
+           params: Mapping[str, Any]) -> tuple[tuple[Point, ...], SpaceCount]:
+    """The feasible points of ``variant`` for one shape on one chip, and what was cut.
+
+    Points are the cross product of the backend's domains, with the variant's fixed tunables
+    substituted (duplicates dropped), filtered by the spec's constraints, then by the budget.
+    """
+    names = spec.tunables_for(profile.backend)
+    fixed = fixed_values(spec, variant, params)
+    domain_backend = profile.rendering
+    domains = [(fixed[n],) if n in fixed else spec.tunables[n].domain[domain_backend] for n in names]
+    seen: set[tuple[Any, ...]] = set()
+    kept: list[Point] = []
+    total = dup = constrained = over = 0
+    reasons: dict[str, int] = {}
+    env_base = {**params, **variant.flags}
+    for combo in itertools.product(*(spec.tunables[n].domain[domain_backend] for n in names)):
+        total += 1
+        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
+        if values in seen:
+            dup += 1
+            continue
+        seen.add(values)
+        config = dict(zip(names, values))
+        env = {**env_base, **config}
+        failed = next((c.source for c in spec.constraints if not c.evaluate(env)), None)
+        if failed is not None:
+            constrained += 1
+            reasons[failed] = reasons.get(failed, 0) + 1
+            continue
+        used = budget_bytes(spec, variant, config, params, profile)
+        if used is not None and used[1] > profile.budget(used[0]):
+            over += 1
+            key = f"{used[0]} > {profile.budget(used[0])}"
+            reasons[key] = reasons.get(key, 0) + 1
+            continue
+        kept.append(Point(variant.name, tuple(zip(names, values))))
+    del domains
+    count = SpaceCount(variant.name, total, dup, constrained, over, len(kept),
+                       tuple(sorted(reasons.items())))
+    return tuple(kept), count
+
+
+def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any]) -> Point:
+    """The spec's default choice for one shape on one chip (the frozen choice until tuned).
+
+    A list-valued default takes its first value whose point fits the chip's budget.
+
+    Raises:
+        BuildError: if the defaults pick an unknown or illegal variant, or nothing fits.
+    """
+    defaults = spec.dispatch.defaults.get(profile.backend)
+    if defaults is None:
+        raise BuildError(f"{spec.op}: no dispatch.defaults for backend {profile.backend!r}")
+    axes = spec.variants.axes
+    combo = []
+    for axis in axes:
+        value = defaults[axis]
+        option = value.evaluate(params) if isinstance(value, Expr) else value[0]
+        if option not in axes[axis]:
+            raise BuildError(f"{spec.path}: dispatch.defaults.{profile.backend}.{axis} gave "
+                             f"{option!r}, not an option of {sorted(axes[axis])}")
+        combo.append(option)
+    variant = find_variant(spec, "_".join(combo))
+    if profile.rendering not in variant.backends or not is_legal(spec, variant, params):
+        raise BuildError(f"{spec.op}: default variant {variant.name} is not legal on "
+                         f"{profile.name} for {dict(params)}")
+    config = fixed_values(spec, variant, params)
+    choices: list[tuple[str, tuple[Any, ...]]] = []
+    for name in spec.tunables_for(profile.backend):
+        if name in config:
+            continue
+        value = defaults[name]
+        if isinstance(value, Expr):
+            config[name] = value.evaluate(params)
+        else:
+            choices.append((name, value))
+    for combo_values in itertools.product(*(vals for _, vals in choices)):
+        trial = {**config, **dict(zip((n for n, _ in choices), combo_values))}
+        ordered = {n: trial[n] for n in spec.tunables_for(profile.backend)}
+        used = budget_bytes(spec, variant, ordered, params, profile)
+        if used is None or used[1] <= profile.budget(used[0]):
+            return Point(variant.name, tuple(ordered.items()))
+    raise BuildError(f"{spec.op}: no default of {variant.name} fits {profile.name}'s budget "
+                     f"for {dict(params)}")
+
+
+def dtype_size(name: str) -> int:
+    """Bytes of a dtype name."""
+    return DTYPES[name]

@@ -1,0 +1,341 @@
+"""Load ``specs/<op>.yaml`` into frozen, validated models.
+
+The schema is pydantic (``extra="forbid"``, frozen). Schema errors and the semantic checks that
+follow (every formula's names are known, every tunable in a ``fixed`` map exists, every backend
+has defaults for each axis and tunable) raise :class:`~opgen.errors.SpecError` naming the file,
+the key path and what was expected. No torch, no triton. Uses ``errors`` and ``expr``.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from .errors import ExprError, SpecError
+from .expr import Expr, parse
+
+BACKENDS = ("cuda", "npu", "interpreter")
+"""Backends a spec may name. ``interpreter`` runs the npu rendering on the CPU."""
+
+RENDERED_BACKENDS = ("cuda", "npu")
+"""Backends with a rendering of their own."""
+
+DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8}
+"""Dtype names a spec may use, with their sizes in bytes."""
+
+Backend = Literal["cuda", "npu", "interpreter"]
+DType = Literal["float16", "bfloat16", "float32", "int32", "int64"]
+Scalar = Union[bool, int, float, str]
+
+
+def _to_expr(value: Any) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    try:
+        return parse(value)
+    except ExprError as exc:
+        raise ValueError(exc.reason) from None
+
+
+Formula = Annotated[Expr, BeforeValidator(_to_expr)]
+Ident = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class TensorArg(_Model):
+    """A tensor input: its dims (symbols bound from the first tensor that names them) and dtypes."""
+
+    dims: tuple[Ident, ...] = Field(min_length=1)
+    dtypes: tuple[DType, ...] = Field(min_length=1)
+    doc: str = ""
+
+
+class ScalarArg(_Model):
+    """A Python scalar input with its type, default and allowed values."""
+
+    type: Literal["int", "float", "bool"]
+    default: Union[bool, int, float]
+    choices: tuple[Union[bool, int, float], ...] | None = None
+    doc: str = ""
+
+
+class OutputArg(_Model):
+    """An output tensor: dims and the input tensor whose dtype it takes (or a dtype name)."""
+
+    dims: tuple[Ident, ...] = Field(min_length=1)
+    dtype: str
+    doc: str = ""
+
+
+class Signature(_Model):
+    """The public signature: tensors first, then scalars with defaults; outputs are returned."""
+
+    tensors: dict[Ident, TensorArg] = Field(min_length=1)
+    scalars: dict[Ident, ScalarArg] = {}
+    outputs: dict[Ident, OutputArg] = Field(min_length=1)
+
+
+class Check(_Model):
+    """A cross-argument rule with the error type and message a user sees when it fails."""
+
+    rule: Formula
+    error: Literal["TypeError", "ValueError", "NotImplementedError"]
+    message: str = Field(min_length=1)
+
+
+class Tunable(_Model):
+    """A tunable: where it goes (kernel constexpr, launch option, grid size) and its domains."""
+
+    role: Literal["constexpr", "launch", "grid"]
+    domain: dict[Backend, tuple[Scalar, ...]]
+    doc: str = ""
+
+
+class AxisOption(_Model):
+    """One option of a variant axis: when it is legal, where it renders, tunables it fixes."""
+
+    doc: str = ""
+    when: Formula = parse("True")
+    backends: tuple[Literal["cuda", "npu"], ...] = RENDERED_BACKENDS
+    fixed: dict[Ident, Formula] = {}
+
+
+class Variants(_Model):
+    """Variant axes; a variant picks one option per axis; its name joins the option names."""
+
+    template: str
+    axes: dict[Ident, dict[Ident, AxisOption]] = Field(min_length=1)
+
+
+class KeyField(_Model):
+    """A dispatch key field: a formula, optionally bucketed by ascending upper edges."""
+
+    expr: Formula
+    buckets: tuple[int, ...] | None = None
+
+
+DefaultValue = Union[Formula, tuple[Scalar, ...]]
+
+
+class Dispatch(_Model):
+    """The dispatch key and the per-backend default choice (formulas of the params)."""
+
+    key: dict[Ident, Union[KeyField, Formula]] = Field(min_length=1)
+    defaults: dict[Backend, dict[Ident, DefaultValue]] = Field(min_length=1)
+
+
+class Reference(_Model):
+    """``module:function`` paths of the float64 golden and its companions."""
+
+    golden: str
+    fp32: str
+    magnitude: str
+    inputs: str
+
+
+class Api(_Model):
+    """How the public function calls a variant module's ``launch``."""
+
+    launch_args: tuple[Ident, ...] = Field(min_length=1)
+    template: str = "api.py.j2"
+
+
+class OpSpec(_Model):
+    """A whole operator spec, validated. ``path`` is where it was loaded from."""
+
+    op: Ident
+    doc: str
+    signature: Signature
+    params: dict[Ident, Formula] = {}
+    checks: tuple[Check, ...] = ()
+    tunables: dict[Ident, Tunable] = Field(min_length=1)
+    constraints: tuple[Formula, ...] = ()
+    variants: Variants
+    budgets: dict[Literal["cuda", "npu"], dict[Literal["ub_bytes", "smem_bytes"], Formula]]
+    dispatch: Dispatch
+    reference: Reference
+    api: Api
+    cases: dict[Ident, tuple[dict[Ident, Union[Scalar, tuple[Scalar, ...]]], ...]] = {}
+    path: str = ""
+
+    # --- derived views -------------------------------------------------------------------
+    def dim_symbols(self) -> tuple[str, ...]:
+        """Dim symbols bound from tensor shapes (those not computed as params), in order."""
+        seen: dict[str, None] = {}
+        for arg in self.signature.tensors.values():
+            for dim in arg.dims:
+                if dim not in self.params:
+                    seen.setdefault(dim)
+        return tuple(seen)
+
+    def input_names(self) -> tuple[str, ...]:
+        """Names visible to params and checks: dims, scalars, ``<tensor>_dtype``."""
+        dtypes = tuple(f"{t}_dtype" for t in self.signature.tensors)
+        return self.dim_symbols() + tuple(self.signature.scalars) + dtypes
+
+    def param_names(self) -> tuple[str, ...]:
+        """Everything the dispatch formulas may read: inputs plus params."""
+        return self.input_names() + tuple(self.params)
+
+    def tunables_for(self, backend: str) -> tuple[str, ...]:
+        """Tunables with a domain on ``backend``. The interpreter tunes like npu, without the
+        launch options (it has no compiler to pass them to, and refuses them)."""
+        if backend == "interpreter":
+            return tuple(n for n, t in self.tunables.items() if "npu" in t.domain and t.role != "launch")
+        return tuple(n for n, t in self.tunables.items() if backend in t.domain)
+
+    def expand_cases(self, name: str) -> list[dict[str, Scalar]]:
+        """The named case set with list values expanded to their cross product, in order."""
+        if name not in self.cases:
+            raise SpecError(self.path, f"cases.{name}", f"one of {sorted(self.cases)}", name)
+        out: list[dict[str, Scalar]] = []
+        for row in self.cases[name]:
+            keys = list(row)
+            values = [v if isinstance(v, tuple) else (v,) for v in row.values()]
+            out.extend(dict(zip(keys, combo)) for combo in itertools.product(*values))
+        return out
+
+
+_LOC_NOISE = {"[key]", "bool", "int", "float", "str"}
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    """The YAML key path of a pydantic error location, without union-member and validator tags."""
+    models = {cls.__name__ for cls in _Model.__subclasses__()}
+    parts = [str(p) for p in loc
+             if not (isinstance(p, str) and (p in _LOC_NOISE or p in models or "[" in p
+                                             or p.startswith(("function-", "tagged-"))))]
+    return ".".join(parts) or "<root>"
+
+
+def _schema_error(file: str, err: ValidationError) -> SpecError:
+    errors = err.errors()
+    # In a union (formula or mapping), the member that failed on content beats one of wrong shape.
+    shaped = [e for e in errors if e["type"] not in ("model_type", "dict_type", "model_attributes_type")]
+    first = (shaped or errors)[0]
+    got = first.get("input")
+    got_text = None if isinstance(got, dict) else got
+    return SpecError(file, _key_path(first["loc"]), first["msg"], got_text)
+
+
+def _check_names(file: str, where: str, expr: Expr, known: set[str]) -> None:
+    unknown = [n for n in expr.names if n not in known]
+    if unknown:
+        raise SpecError(file, where, f"formula names among {sorted(known)}", ", ".join(unknown))
+
+
+def _validate_semantics(spec: OpSpec, file: str) -> None:
+    """Cross-reference checks that the schema alone cannot express."""
+    sig = spec.signature
+    inputs = set(spec.input_names())
+    known = set(inputs)
+    for name, expr in spec.params.items():
+        _check_names(file, f"params.{name}", expr, known)
+        known.add(name)
+    params = set(known)
+    for i, check in enumerate(spec.checks):
+        _check_names(file, f"checks.{i}.rule", check.rule, params)
+    for name, out in sig.outputs.items():
+        if out.dtype not in sig.tensors and out.dtype not in DTYPES:
+            raise SpecError(file, f"signature.outputs.{name}.dtype",
+                            f"a tensor name {sorted(sig.tensors)} or a dtype", out.dtype)
+        for d in out.dims:
+            if d not in params:
+                raise SpecError(file, f"signature.outputs.{name}.dims", "known dim symbols", d)
+    for name, arg in sig.scalars.items():
+        if arg.choices is not None and arg.default not in arg.choices:
+            raise SpecError(file, f"signature.scalars.{name}.default",
+                            f"one of choices {list(arg.choices)}", arg.default)
+    axes = spec.variants.axes
+    flags = params | set(axes)
+    tunable_env = flags | set(spec.tunables)
+    for axis, options in axes.items():
+        for opt_name, opt in options.items():
+            at = f"variants.axes.{axis}.{opt_name}"
+            _check_names(file, f"{at}.when", opt.when, params)
+            for t, expr in opt.fixed.items():
+                if t not in spec.tunables:
+                    raise SpecError(file, f"{at}.fixed.{t}", f"a tunable {sorted(spec.tunables)}", t)
+                _check_names(file, f"{at}.fixed.{t}", expr, params)
+    for i, expr in enumerate(spec.constraints):
+        _check_names(file, f"constraints.{i}", expr, tunable_env)
+    for backend, formulas in spec.budgets.items():
+        for kind, expr in formulas.items():
+            _check_names(file, f"budgets.{backend}.{kind}", expr, tunable_env)
+    for field, key in spec.dispatch.key.items():
+        expr = key.expr if isinstance(key, KeyField) else key
+        _check_names(file, f"dispatch.key.{field}", expr, params)
+        if isinstance(key, KeyField) and key.buckets is not None:
+            if list(key.buckets) != sorted(set(key.buckets)):
+                raise SpecError(file, f"dispatch.key.{field}.buckets", "strictly ascending edges",
+                                list(key.buckets))
+    for backend, defaults in spec.dispatch.defaults.items():
+        needed = list(axes) + list(spec.tunables_for(backend))
+        for name in needed:
+            if name not in defaults:
+                raise SpecError(file, f"dispatch.defaults.{backend}", f"a default for {name!r}",
+                                sorted(defaults))
+        for name, value in defaults.items():
+            at = f"dispatch.defaults.{backend}.{name}"
+            if name not in needed:
+                raise SpecError(file, at, f"an axis or a {backend} tunable {needed}", name)
+            if isinstance(value, Expr):
+                _check_names(file, at, value, params)
+                if not value.names and name in axes:
+                    literal = value.evaluate({})
+                    if literal not in axes[name]:
+                        raise SpecError(file, at, f"an option of axis {name} {sorted(axes[name])}",
+                                        literal)
+    for name in spec.api.launch_args:
+        if name not in sig.tensors and name not in sig.outputs and name not in params:
+            raise SpecError(file, "api.launch_args", "tensor, output, scalar or param names", name)
+    for set_name, rows in spec.cases.items():
+        for i, row in enumerate(rows):
+            for key in row:
+                if key not in inputs and key != "dtype":
+                    raise SpecError(file, f"cases.{set_name}.{i}.{key}",
+                                    "a dim symbol, a scalar or dtype", key)
+
+
+def load_spec(path: str | Path, root: str | Path | None = None) -> OpSpec:
+    """Load and validate one spec file.
+
+    Args:
+        path: the YAML file.
+        root: directory that error messages are relative to (default: the current directory).
+
+    Raises:
+        SpecError: on unreadable YAML, a schema violation or an inconsistent spec.
+    """
+    path = Path(path)
+    try:
+        shown = str(path.resolve().relative_to(Path(root or Path.cwd()).resolve()))
+    except ValueError:
+        shown = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpecError(shown, "<root>", "valid YAML", str(exc).splitlines()[0]) from None
+    except OSError as exc:
+        raise SpecError(shown, "<root>", "a readable file", exc.strerror) from None
+    if not isinstance(data, dict):
+        raise SpecError(shown, "<root>", "a mapping", type(data).__name__)
+    if data.get("op") is not None and data["op"] != path.stem:
+        raise SpecError(shown, "op", f"the file's stem {path.stem!r}", data["op"])
+    try:
+        spec = OpSpec.model_validate({**data, "path": shown})
+    except ValidationError as exc:
+        raise _schema_error(shown, exc) from None
+    _validate_semantics(spec, shown)
+    return spec
+
+
+def load_specs(spec_dir: str | Path, root: str | Path | None = None) -> list[OpSpec]:
+    """Every ``*.yaml`` in ``spec_dir``, sorted by file name."""
+    return [load_spec(p, root) for p in sorted(Path(spec_dir).glob("*.yaml"))]

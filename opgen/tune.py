@@ -1,0 +1,394 @@
+"""``opgen tune``: offline search, one optuna study per (op, variant, bucket, chip, toolchain).
+
+A bucket is a value of the spec's dispatch key; its representative cases are the case-set rows
+that fall into it, and a trial's objective is the geometric mean of its median times over them.
+Studies live in optuna storage (a journal file by default, or an RDB URL shared by several
+hosts), so a killed campaign resumes where it stopped; every measured trial is also appended to
+the tracked tuning records. Exhaustive search where the feasible space is small, seeded TPE
+otherwise; the spec's default and earlier winners are enqueued first; a point is never measured
+twice in a study. The best few of each study, then the best of each variant, are re-measured
+side by side and the winner is chosen by a fixed tie rule. The only module that imports optuna.
+Uses ``spec``, ``space``, ``worker``, ``records``, ``hardware``, ``bench``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from . import bench
+from .hardware import ChipProfile
+from .records import key_of
+from .space import (Point, SpaceCount, Variant, case_inputs, default_point, evaluate_params,
+                    is_legal, points, variants_for)
+from .spec import OpSpec
+from .worker import Result, Task, Worker
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Budgets and rules of a campaign (the single source of its defaults).
+
+    Attributes:
+        trials: measured points per study at most.
+        study_seconds, campaign_seconds: wall-clock budgets.
+        exhaustive_below: feasible spaces this small are searched exhaustively.
+        top_k: best points of each study re-measured side by side.
+        tie_margin: relative gap under which two times are a tie (broken by the smaller
+            on-chip estimate, then by the point's name).
+        seed: sampler seed.
+        point_timeout: seconds a single point may take (compile, check and timing).
+        rounds: interleaved rounds of the side-by-side re-measure.
+    """
+
+    trials: int = 40
+    study_seconds: float = 900.0
+    campaign_seconds: float = 3 * 3600.0
+    exhaustive_below: int = 64
+    top_k: int = 3
+    tie_margin: float = 0.02
+    seed: int = 0
+    point_timeout: float = 300.0
+    rounds: int = 5
+    protocol: bench.Protocol = bench.DEFAULT
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One dispatch-key value and the case rows that represent it."""
+
+    key: tuple[Any, ...]
+    cases: tuple[dict[str, Any], ...]
+    params: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study: one variant on one bucket, with its feasible points and what was cut."""
+
+    bucket: Bucket
+    variant: Variant
+    points: tuple[Point, ...]
+    count: SpaceCount
+    default: Point | None
+
+    def name(self, op: str, chip: str, toolchain: dict[str, str]) -> str:
+        """The study's identity: op, variant, bucket, chip and toolchain."""
+        tools = ",".join(f"{k}={v}" for k, v in sorted(toolchain.items()) if k != "device")
+        key = ",".join(str(k) for k in self.bucket.key)
+        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}"
+
+
+def buckets(spec: OpSpec, rows: Iterable[dict[str, Any]]) -> list[Bucket]:
+    """Group case rows by dispatch key, in order of first appearance."""
+    groups: dict[tuple, list[tuple[dict, dict]]] = {}
+    for row in rows:
+        params = evaluate_params(spec, case_inputs(spec, row))
+        groups.setdefault(key_of(spec, params), []).append((dict(row), params))
+    return [Bucket(k, tuple(r for r, _ in v), tuple(p for _, p in v)) for k, v in groups.items()]
+
+
+def plan(spec: OpSpec, profile: ChipProfile, rows: Iterable[dict[str, Any]],
+         variants: Iterable[str] | None = None) -> list[StudyPlan]:
+    """Every study of a campaign: legal variants of each bucket with their feasible points.
+
+    A point is feasible only if it fits the budget for every case of its bucket.
+    """
+    wanted = set(variants) if variants else None
+    out = []
+    for bucket in buckets(spec, rows):
+        for variant in variants_for(spec, profile.rendering):
+            if wanted is not None and variant.name not in wanted:
+                continue
+            if not all(is_legal(spec, variant, p) for p in bucket.params):
+                continue
+            per_case = [points(spec, variant, profile, p) for p in bucket.params]
+            common = set(per_case[0][0]).intersection(*(set(pts) for pts, _ in per_case[1:]))
+            kept = tuple(p for p in per_case[0][0] if p in common)
+            default = default_point(spec, profile, bucket.params[0])
+            out.append(StudyPlan(bucket, variant, kept, per_case[0][1],
+                                 default if default.variant == variant.name else None))
+    return out
+
+
+def dry_run_table(spec: OpSpec, profile: ChipProfile, plans: list[StudyPlan]) -> str:
+    """What ``opgen tune --dry-run`` prints: points per study, what was cut and why."""
+    lines = [f"{spec.op} on {profile.name}: {len(plans)} studies",
+             f"{'bucket':<44} {'variant':<28} {'points':>6} {'dup':>5} {'constr':>6} "
+             f"{'budget':>6} {'feasible':>8}  reasons"]
+    for p in plans:
+        c = p.count
+        key = ",".join(str(k) for k in p.bucket.key)
+        reasons = "; ".join(f"{r} x{n}" for r, n in c.reasons) or "-"
+        lines.append(f"{key:<44} {p.variant.name:<28} {c.total:>6} {c.duplicates:>5} "
+                     f"{c.constrained:>6} {c.over_budget:>6} {len(p.points):>8}  {reasons}")
+    return "\n".join(lines)
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive values."""
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+@dataclass
+class Measured:
+    """One point's results over its bucket's cases."""
+
+    point: Point
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(r.status == "ok" for r in self.results)
+
+    @property
+    def value(self) -> float:
+        return geomean(r.median_ms for r in self.results)
+
+
+def tie_break(candidates: list[tuple[float, int, str, Any]], margin: float) -> Any:
+    """The winner among ``(time, budget_bytes, name, payload)``: the fastest, except that any
+    candidate within ``margin`` of the fastest competes on the smaller on-chip estimate, then on
+    the name, so a repeated study with noisy times gives the same table."""
+    best = min(c[0] for c in candidates)
+    close = [c for c in candidates if c[0] <= best * (1.0 + margin)]
+    return min(close, key=lambda c: (c[1], c[2]))[3]
+
+
+class Campaign:
+    """Runs the studies of one op on one chip and writes records.
+
+    Args:
+        spec, profile: the op and the chip.
+        root: project root.
+        backend, device, programs: where points run and the device's core count.
+        storage: an optuna storage object (journal file or RDB).
+        sink: called with (kind, fields) for each trial and winner (the records writer).
+        toolchain: versions keying the studies and records.
+        settings: budgets and rules.
+        kernel_hash: variant name -> content hash of its generated kernel module.
+        worker_env: environment of the worker processes (e.g. TRITON_INTERPRET=1).
+        max_rel_l2: dtype name -> precision bar (rel L2 against the golden), from the spec.
+    """
+
+    def __init__(self, spec: OpSpec, profile: ChipProfile, root: str, backend: str, device: str,
+                 programs: int, storage: Any, sink: Callable[[str, dict[str, Any]], None],
+                 toolchain: dict[str, str], settings: Settings, kernel_hash: dict[str, str],
+                 worker_env: dict[str, str] | None = None,
+                 max_rel_l2: dict[str, float] | None = None, progress: bool = True) -> None:
+        self.spec, self.profile, self.root = spec, profile, root
+        self.backend, self.device, self.programs = backend, device, programs
+        self.storage, self.sink, self.toolchain = storage, sink, toolchain
+        self.settings, self.kernel_hash = settings, kernel_hash
+        self.max_rel_l2 = max_rel_l2 or {}
+        self.worker = Worker(root, worker_env)
+        self.progress = progress
+        self.deadline = time.monotonic() + settings.campaign_seconds
+
+    # --- one point --------------------------------------------------------------------------
+    def _task(self, point: Point, case: dict[str, Any], timed: bool = True,
+              protocol: bench.Protocol | None = None) -> Task:
+        return Task(root=self.root, op=self.spec.op, rendering=self.profile.rendering,
+                    variant=point.variant, point=point.values, case=tuple(case.items()),
+                    backend=self.backend, device=self.device, programs=self.programs,
+                    seed=self.settings.seed, max_rel_l2=self.max_rel_l2.get(str(case.get("dtype"))),
+                    timed=timed, protocol=protocol or self.settings.protocol)
+
+    def measure(self, point: Point, bucket: Bucket) -> Measured:
+        """Run a point on every case of its bucket; stop at the first failure."""
+        out = Measured(point)
+        for case in bucket.cases:
+            result = self.worker.run(self._task(point, case), self.settings.point_timeout)
+            out.results.append(result)
+            if result.status != "ok":
+                break
+        return out
+
+    # --- one study --------------------------------------------------------------------------
+    def run_study(self, plan: StudyPlan, enqueue: Iterable[Point] = ()) -> list[Measured]:
+        """Search one variant on one bucket; return every point measured (this run or before)."""
+        import optuna
+        from optuna.distributions import CategoricalDistribution
+        from optuna.trial import TrialState
+
+        name = plan.name(self.spec.op, self.profile.name, self.toolchain)
+        if not plan.points:
+            return []
+        names = [n for n, _ in plan.points[0].values]
+        domains = {n: list(dict.fromkeys(p.config[n] for p in plan.points)) for n in names}
+        searched = {n: v for n, v in domains.items() if len(v) > 1}
+        fixed = {n: v[0] for n, v in domains.items() if len(v) == 1}
+        feasible = {p.values: p for p in plan.points}
+        small = len(plan.points) <= self.settings.exhaustive_below
+        sampler = (optuna.samplers.BruteForceSampler(seed=self.settings.seed) if small else
+                   optuna.samplers.TPESampler(seed=self.settings.seed, multivariate=True,
+                                              n_startup_trials=min(10, max(2, self.settings.trials // 3))))
+        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
+                                    direction="minimize", load_if_exists=True)
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
+        seen: dict[tuple, float | None] = {}
+        measured: list[Measured] = []
+        for trial in study.get_trials(deepcopy=False):
+            if trial.user_attrs.get("measured"):
+                values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+                seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
+                measured.append(_measured_from_attrs(feasible.get(values), trial.user_attrs))
+        distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
+        for point in enqueue:
+            if point.values in feasible and point.values not in seen:
+                study.enqueue_trial({n: point.config[n] for n in searched}, skip_if_exists=True)
+        grid = math.prod(len(v) for v in searched.values())
+        asked: set[tuple] = set()
+        deadline = min(self.deadline, time.monotonic() + self.settings.study_seconds)
+        count = sum(1 for m in measured if m.point is not None)
+        asks = 0
+        while (count < self.settings.trials and time.monotonic() < deadline
+               and len(asked) < grid and len(seen) < len(feasible) and asks < 20 * self.settings.trials + grid):
+            asks += 1
+            trial = study.ask(distributions)
+            values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+            asked.add(values)
+            if values not in feasible:
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            if values in seen:
+                trial.set_user_attr("duplicate", True)
+                if seen[values] is None:
+                    study.tell(trial, state=TrialState.FAIL)
+                else:
+                    study.tell(trial, seen[values])
+                continue
+            result = self.measure(feasible[values], plan.bucket)
+            for key, value in _attrs_of(result).items():
+                trial.set_user_attr(key, value)
+            if result.ok:
+                study.tell(trial, result.value)
+                seen[values] = result.value
+            else:
+                study.tell(trial, state=TrialState.FAIL)
+                seen[values] = None
+            measured.append(result)
+            count += 1
+            self._emit_trial(name, trial.number, plan, result)
+        return measured
+
+    def _emit_trial(self, study: str, number: int, plan: StudyPlan, m: Measured) -> None:
+        for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results):
+            self.sink("trial", dict(
+                study=study, trial=number, key=list(plan.bucket.key), case=case,
+                variant=plan.variant.name, point=m.point.config, status=result.status,
+                reason=result.reason, median_ms=result.median_ms, times_ms=list(result.times_ms),
+                error=result.error, budget=self._budget(plan.variant, m.point, params, result)))
+
+    def _budget(self, variant: Variant, point: Point, params: dict[str, Any],
+                result: Result | None = None) -> dict[str, Any]:
+        from .space import budget_bytes
+
+        used = budget_bytes(self.spec, variant, point.config, params, self.profile)
+        reported = None
+        if result is not None:
+            if "shared" in result.reported:
+                reported = result.reported["shared"]
+            elif "required_ub_bits" in result.reported:
+                reported = result.reported["required_ub_bits"] // 8
+        return {"kind": used[0] if used else None, "estimate": used[1] if used else None,
+                "reported": reported}
+
+    # --- winners ----------------------------------------------------------------------------
+    def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
+        """Geomean over the bucket's cases of interleaved re-measures of several points."""
+        per_round = bench.Protocol(warmup=2, repeat=max(3, self.settings.protocol.repeat // self.settings.rounds),
+                                   flush=self.settings.protocol.flush)
+        times: dict[Point, list[float]] = {p: [] for p in points_}
+        for case in bucket.cases:
+            samples: dict[Point, list[float]] = {p: [] for p in points_}
+            for _ in range(self.settings.rounds):
+                for p in points_:
+                    r = self.worker.run(self._task(p, case, protocol=per_round), self.settings.point_timeout)
+                    if r.status == "ok":
+                        samples[p].append(r.median_ms)
+            for p in points_:
+                times[p].append(bench.median(samples[p]) if samples[p] else math.inf)
+        return {p: geomean(t) if all(math.isfinite(x) for x in t) else math.inf for p, t in times.items()}
+
+    def choose(self, bucket: Bucket, by_variant: dict[str, list[Measured]]) -> dict[str, Any] | None:
+        """Re-measure the best few of each variant side by side; return the winner's fields."""
+        from .space import find_variant
+
+        candidates: list[Point] = []
+        for measured in by_variant.values():
+            ok = sorted((m for m in measured if m.ok and m.point is not None), key=lambda m: m.value)
+            candidates.extend(m.point for m in ok[: self.settings.top_k])
+        if not candidates:
+            return None
+        times = self.side_by_side(candidates, bucket)
+        rows = []
+        for p, t in times.items():
+            if not math.isfinite(t):
+                continue
+            used = self._budget(find_variant(self.spec, p.variant), p, bucket.params[0])
+            rows.append((t, used["estimate"] or 0, p.name(), p))
+        if not rows:
+            return None
+        winner = tie_break(rows, self.settings.tie_margin)
+        ordered = sorted(t for t, *_ in rows)
+        margin = (ordered[1] / ordered[0] - 1.0) if len(ordered) > 1 else None
+        best = next(m for ms in by_variant.values() for m in ms if m.point == winner)
+        return dict(key=list(bucket.key), case=bucket.cases[0], variant=winner.variant,
+                    point=winner.config, median_ms=times[winner],
+                    remeasured_ms={p.name(): round(t, 6) for p, t in sorted(times.items(), key=lambda kv: kv[0].name())},
+                    margin=margin, error=best.results[0].error,
+                    budget=self._budget(find_variant(self.spec, winner.variant), winner,
+                                        bucket.params[0], best.results[0]))
+
+    def run(self, plans: list[StudyPlan], earlier: dict[tuple, Point] | None = None) -> list[dict[str, Any]]:
+        """Run every study, bucket by bucket, and emit one winner per bucket."""
+        from tqdm import tqdm
+
+        earlier = earlier or {}
+        by_bucket: dict[tuple, list[StudyPlan]] = {}
+        for p in plans:
+            by_bucket.setdefault(p.bucket.key, []).append(p)
+        winners = []
+        bar = tqdm(total=len(plans), desc=f"tune {self.spec.op} on {self.profile.name}",
+                   unit="study", disable=not self.progress)
+        try:
+            for key, group in by_bucket.items():
+                by_variant: dict[str, list[Measured]] = {}
+                for p in group:
+                    if time.monotonic() >= self.deadline:
+                        break
+                    enqueue = [x for x in (p.default, earlier.get(key)) if x is not None]
+                    by_variant[p.variant.name] = self.run_study(p, enqueue)
+                    bar.update(1)
+                    bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
+                winner = self.choose(group[0].bucket, by_variant)
+                if winner is not None:
+                    winner["study"] = group[0].name(self.spec.op, self.profile.name, self.toolchain)
+                    self.sink("winner", winner)
+                    winners.append(winner)
+        finally:
+            bar.close()
+            self.worker.close()
+        return winners
+
+
+def _attrs_of(m: Measured) -> dict[str, Any]:
+    return {"measured": True, "status": [r.status for r in m.results],
+            "reason": [r.reason[:500] for r in m.results],
+            "median_ms": [r.median_ms for r in m.results],
+            "error": json.dumps([r.error for r in m.results])}
+
+
+def _measured_from_attrs(point: Point | None, attrs: dict[str, Any]) -> Measured:
+    m = Measured(point) if point is not None else Measured(Point("", ()))
+    errors = json.loads(attrs.get("error", "[]"))
+    for status, reason, median, error in zip(attrs["status"], attrs["reason"], attrs["median_ms"], errors):
+        m.results.append(Result(status, reason, median, (), error))
+    if point is None:
+        m.point = None  # type: ignore[assignment]
+    return m

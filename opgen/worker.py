@@ -1,0 +1,292 @@
+"""Measure one point in an isolated process: compile, check against the golden, time.
+
+The parent keeps one worker process and sends it tasks; a task that hangs is killed at its
+timeout, a process that dies is recorded as a crash, and either way a fresh worker serves the
+next task, so one bad configuration never stops a study. Every point is checked against the
+op's float64 golden before it is timed: a wrong result is a status, never a time. Uses
+``spec``, ``space``, ``accuracy``, ``bench``, ``backends``, ``errors``.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import bench
+
+STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget")
+
+# Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
+# NVIDIA; BiShengIR's "ub overflow" on Ascend).
+_OVER_BUDGET = ("out of resource", "OutOfResources", "ub overflow")
+# Errors after which the device context cannot be trusted: the worker exits and is replaced.
+_FATAL = ("illegal memory access", "CUDA error", "unspecified launch failure", "device-side assert")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One point of one case to compile, check and (optionally) time.
+
+    Attributes:
+        root: project root (``generated/`` and ``specs/`` live there).
+        op, rendering, variant: which generated kernel module.
+        point: tunable values.
+        case: the case row (dims, dtype, optional scalars).
+        backend: ``cuda``, ``npu`` or ``interpreter``; device: a torch device string.
+        programs: cores of the device (persistent grids launch ``programs * occupancy``).
+        max_rel_l2: the precision bar for this case's dtype, or None.
+        timed: False to only compile and check.
+    """
+
+    root: str
+    op: str
+    rendering: str
+    variant: str
+    point: tuple[tuple[str, Any], ...]
+    case: tuple[tuple[str, Any], ...]
+    backend: str
+    device: str
+    programs: int
+    seed: int = 0
+    max_rel_l2: float | None = None
+    timed: bool = True
+    protocol: bench.Protocol = bench.DEFAULT
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a task produced. ``status`` is one of :data:`STATUSES`."""
+
+    status: str
+    reason: str = ""
+    median_ms: float | None = None
+    times_ms: tuple[float, ...] = ()
+    error: dict[str, float] = field(default_factory=dict)
+    reported: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _classify(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if any(s in text for s in _OVER_BUDGET):
+        return "over_budget"
+    if any(s in text for s in _FATAL):
+        return "crash"
+    return "compile_error"
+
+
+class _State:
+    """Per-process caches: specs, backends, and each case's inputs and golden outputs."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, Any] = {}
+        self.backends: dict[tuple[str, str], Any] = {}
+        self.cases: dict[tuple, dict[str, Any]] = {}
+
+    def spec(self, task: Task):
+        from .spec import load_spec
+
+        if task.op not in self.specs:
+            self.specs[task.op] = load_spec(os.path.join(task.root, "specs", f"{task.op}.yaml"), task.root)
+        return self.specs[task.op]
+
+    def backend(self, task: Task):
+        from .backends import get_backend
+
+        key = (task.backend, task.device)
+        if key not in self.backends:
+            self.backends[key] = get_backend(task.backend, task.device)
+        return self.backends[key]
+
+    def case(self, task: Task, spec) -> dict[str, Any]:
+        key = (task.op, task.case, task.seed, task.device)
+        if key not in self.cases:
+            self.cases.clear()  # one case at a time keeps device memory bounded
+            self.cases[key] = prepare_case(spec, dict(task.case), task.seed, task.device)
+        return self.cases[key]
+
+
+def _resolve(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str, Any]:
+    """Inputs on ``device`` plus the float64 golden, fp32 reference and magnitude of one case."""
+    import torch
+
+    from .space import case_inputs, evaluate_params
+
+    params = evaluate_params(spec, case_inputs(spec, case))
+    dims = {k: params[k] for k in spec.dim_symbols()}
+    dtype = getattr(torch, case.get("dtype", "float32"))
+    make = _resolve(spec.reference.inputs)
+    scalar_names = set(spec.signature.scalars)
+    inputs = make(**dims, **{k: params[k] for k in scalar_names if k in make.__code__.co_varnames
+                             and k not in ("scale",)}, dtype=dtype, seed=seed, device=device)
+    for name in scalar_names:  # the case (or the spec default) decides the scalars
+        inputs[name] = params[name]
+    ref_device = device if device.startswith("cuda") else "cpu"
+    ref_args = {k: inputs[k] for k in (*spec.signature.tensors, *scalar_names)}
+    gold = _resolve(spec.reference.golden)(**ref_args, device=ref_device)
+    ref32 = _resolve(spec.reference.fp32)(**ref_args, device=ref_device)
+    mag = _resolve(spec.reference.magnitude)(**ref_args, device=ref_device)
+    return dict(params=params, inputs=inputs, golden=gold, ref32=ref32, magnitude=mag)
+
+
+def _outputs(spec, params: dict[str, Any], inputs: dict[str, Any], device: str) -> dict[str, Any]:
+    import torch
+
+    outs = {}
+    for name, out in spec.signature.outputs.items():
+        shape = tuple(params[d] for d in out.dims)
+        dtype = inputs[out.dtype].dtype if out.dtype in inputs else getattr(torch, out.dtype)
+        outs[name] = torch.empty(shape, dtype=dtype, device=device)
+    return outs
+
+
+def _reported(compiled: Any) -> dict[str, int]:
+    """Real on-chip usage where the compiler reports it (shared memory, spills, UB bits)."""
+    out: dict[str, int] = {}
+    meta = getattr(compiled, "metadata", None)
+    for name, source in (("shared", meta), ("required_ub_bits", meta), ("n_regs", compiled),
+                         ("n_spills", compiled)):
+        value = getattr(source, name, None) if source is not None else None
+        if isinstance(value, int):
+            out[name] = value
+    return out
+
+
+def run_task(task: Task, state: _State | None = None) -> Result:
+    """Compile, check and time one point in this process (the worker's body)."""
+    from . import accuracy
+
+    state = state or _State()
+    start = time.perf_counter()
+    spec = state.spec(task)
+    backend = state.backend(task)
+    case = state.case(task, spec)
+    module = importlib.import_module(f"generated.{task.op}.kernels.{task.rendering}.{task.variant}")
+    point = dict(task.point)
+    outputs = _outputs(spec, case["params"], case["inputs"], task.device)
+    values = {**case["params"], **case["inputs"], **outputs}
+    kwargs = {name: values[name] for name in spec.api.launch_args}
+    programs = task.programs * int(point.get("occupancy", 1))
+
+    def call():
+        return module.launch(**kwargs, num_programs=programs, point=point)
+
+    try:
+        compiled = call()
+        backend.synchronize()
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+        return Result(_classify(exc), f"{type(exc).__name__}: {str(exc)[:2000]}",
+                      seconds=time.perf_counter() - start)
+    out = outputs[next(iter(spec.signature.outputs))]
+    report = accuracy.check_all(out, case["golden"], case["ref32"], case["magnitude"])
+    error = {"rel_l2": report.rel_l2, "max_abs_rel": report.max_abs_rel,
+             "ref_rel_l2": report.dual.ref_rel_l2}
+    if not report.passed:
+        return Result("wrong_result", report.summary(), error=error, seconds=time.perf_counter() - start)
+    if task.max_rel_l2 is not None and report.rel_l2 > task.max_rel_l2:
+        return Result("wrong_result", f"rel_l2 {report.rel_l2:.3g} above the bar {task.max_rel_l2:.3g}",
+                      error=error, seconds=time.perf_counter() - start)
+    times: list[float] = []
+    if task.timed:
+        times = bench.measure(backend, call, task.protocol)
+    return Result("ok", "", bench.median(times) if times else None, tuple(times), error,
+                  _reported(compiled), time.perf_counter() - start)
+
+
+def _serve(conn, root: str) -> None:
+    """Worker process loop: run tasks until told to stop or the device context is suspect."""
+    sys.path.insert(0, root)
+    state = _State()
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            result = run_task(task, state)
+        except Exception as exc:  # noqa: BLE001 - a driver-side failure is reported, not lost
+            result = Result("crash", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-2000:]}")
+        conn.send(result)
+        if result.status == "crash":
+            return
+
+
+class Worker:
+    """A replaceable worker process with a per-task timeout."""
+
+    def __init__(self, root: str, env: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.env = dict(env or {})
+        self._ctx = mp.get_context("spawn")
+        self._proc = None
+        self._conn = None
+
+    def _start(self) -> None:
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            parent, child = self._ctx.Pipe()
+            self._proc = self._ctx.Process(target=_serve, args=(child, self.root), daemon=True)
+            self._proc.start()
+            child.close()
+            self._conn = parent
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def run(self, task: Task, timeout: float) -> Result:
+        """Run ``task``; a hang past ``timeout`` seconds or a dead process becomes a status."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        start = time.perf_counter()
+        self._conn.send(task)
+        if not self._conn.poll(timeout):
+            self.close(kill=True)
+            return Result("timeout", f"no result after {timeout:g} s", seconds=time.perf_counter() - start)
+        try:
+            result = self._conn.recv()
+        except (EOFError, ConnectionResetError):
+            code = self._proc.exitcode if self._proc else None
+            self.close(kill=True)
+            return Result("crash", f"worker process died (exit code {code})", seconds=time.perf_counter() - start)
+        if result.status == "crash":
+            self.close(kill=True)
+        return result
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the worker (politely unless ``kill``)."""
+        if self._proc is None:
+            return
+        if kill:
+            self._proc.kill()
+        else:
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._proc = self._conn = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,107 @@
+"""chunk_gla_fwd_o_gk on the CPU interpreter against the float64 golden.
+
+Every variant of both renderings runs on shapes legal for it (tails, H=1, B=1, odd K and V,
+both chunk sizes, exp and exp2, both half dtypes), at two corners of its tunable space; the
+public API runs on the spec's interpreter cases and on K, V in {32, 48, 64, 96, 128, 160, 256}.
+"""
+import importlib
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from opgen import space
+from opgen.accuracy import check_all
+from opgen.hardware import profile
+from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+# FLA 0.6.0's CUDA kernel against a float64 golden on large shapes (shared/ASCEND.md).
+FLA_REL_L2 = {"bfloat16": 2.4e-3, "float16": 2.9e-4}
+
+
+def _check(o, x, use_exp2, dtype_name, path):
+    args = dict(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], scale=x["scale"],
+                chunk_size=x["chunk_size"], use_exp2=use_exp2)
+    gold = golden(**args)
+    report = check_all(o, gold, reference_fp32(**args), magnitude(**args))
+    assert report.passed, report.summary()
+    if path in ("split", "fp32"):  # the seed's precision paths: at least as good as FLA
+        assert report.rel_l2 <= FLA_REL_L2[dtype_name], report.summary()
+    return report
+
+
+def _variant_shapes(variant):
+    """Two shapes legal for the variant, covering tails, odd sizes, both chunk sizes."""
+    flags = variant.flags
+    H = (1, 1) if flags["SHAPE"] == "h1" else (3, 2)
+    if flags["SHAPE"] == "single":
+        return [dict(B=1, T=100, H=H[0], K=64, V=48, chunk_size=64),
+                dict(B=2, T=37, H=H[1], K=32, V=64, chunk_size=32)]
+    return [dict(B=2, T=100, H=H[0], K=96, V=160, chunk_size=64),
+            dict(B=1, T=45, H=H[1], K=48, V=32, chunk_size=32)]
+
+
+def _variant_cases():
+    for rendering, chip in (("npu", "ascend910b3"), ("cuda", "h200")):
+        for variant in space.variants_for(SPEC, rendering):
+            dtypes = ["float16"] if variant.flags["SCALE_PATH"] == "split" else ["float16", "bfloat16"]
+            for dtype, (i, shape) in itertools.product(dtypes, enumerate(_variant_shapes(variant))):
+                yield pytest.param(rendering, chip, variant, dtype, shape, i % 2 == 1,
+                                   id=f"{rendering}-{variant.name}-{dtype}-T{shape['T']}-K{shape['K']}-V{shape['V']}")
+
+
+@pytest.mark.parametrize("rendering, chip, variant, dtype, shape, use_exp2", list(_variant_cases()))
+def test_every_variant(rendering, chip, variant, dtype, shape, use_exp2):
+    params = space.evaluate_params(SPEC, space.case_inputs(SPEC, {**shape, "dtype": dtype, "use_exp2": use_exp2}))
+    feasible, _ = space.points(SPEC, variant, profile(chip), params)
+    # triton-ascend's interpreter runs only "ieee" fp32 dots: it refuses tf32/tf32x3 (the cuda
+    # rendering's, exercised on the H200) and knows no hf32 (checked by the front-end test).
+    feasible = [p for p in feasible if p.config["DOT_PRECISION"] == "ieee"]
+    assert feasible, f"no feasible point for {variant.name}"
+    module = importlib.import_module(f"generated.chunk_gla_fwd_o_gk.kernels.{rendering}.{variant.name}")
+    launch_options = {n for n, t in SPEC.tunables.items() if t.role == "launch"}
+    seed = hash((variant.name, dtype, shape["T"])) % 1000
+    for point in (feasible[0], feasible[-1]):  # smallest and largest tiles
+        x = make_inputs(**shape, dtype=DTYPES[dtype], seed=seed)
+        o = torch.full_like(x["v"], float("nan"))
+        config = {k: v for k, v in point.config.items() if k not in launch_options}
+        module.launch(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], o=o, scale=x["scale"],
+                      use_exp2=use_exp2, BT=shape["chunk_size"], num_programs=3, point=config)
+        _check(o, x, use_exp2, dtype, variant.flags["SCALE_PATH"])
+
+
+API_SHAPES = [  # (B, T, H, K, V, chunk_size): tails, H=1, B=1, the issue's K and V set
+    (1, 37, 1, 32, 32, 32), (2, 100, 3, 48, 96, 64), (1, 64, 2, 64, 64, 64), (2, 130, 1, 96, 48, 64),
+    (1, 70, 2, 128, 160, 32), (1, 33, 2, 160, 128, 64), (1, 65, 1, 256, 256, 64), (2, 20, 2, 256, 64, 32),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("B, T, H, K, V, C", API_SHAPES, ids=[f"B{b}-T{t}-H{h}-K{k}-V{v}-C{c}" for b, t, h, k, v, c in API_SHAPES])
+def test_public_api(B, T, H, K, V, C, dtype):
+    from generated.chunk_gla_fwd_o_gk import chunk_gla_fwd_o_gk
+
+    x = make_inputs(B, T, H, K, V, C, dtype=DTYPES[dtype], seed=B * T + K)
+    use_exp2 = (K + V) % 64 == 0
+    o = chunk_gla_fwd_o_gk(x["q"], x["v"], x["g"], x["A"], x["h"], scale=x["scale"],
+                           chunk_size=C, use_exp2=use_exp2)
+    assert o.shape == (B, T, H, V) and o.dtype == DTYPES[dtype]
+    _check(o, x, use_exp2, dtype, "split" if dtype == "float16" else "fp32")
+
+
+def test_public_api_spec_cases():
+    """A sample of the spec's interpreter case set, through the public function."""
+    from generated.chunk_gla_fwd_o_gk import chunk_gla_fwd_o_gk
+
+    rows = SPEC.expand_cases("interpreter")[::37]
+    assert len(rows) >= 10
+    for i, row in enumerate(rows):
+        x = make_inputs(row["B"], row["T"], row["H"], row["K"], row["V"], row["chunk_size"],
+                        dtype=DTYPES[row["dtype"]], seed=i)
+        o = chunk_gla_fwd_o_gk(x["q"], x["v"], x["g"], x["A"], x["h"], scale=2.5, chunk_size=row["chunk_size"])
+        _check(o, {**x, "scale": 2.5}, False, row["dtype"], "post")

@@ -1,0 +1,98 @@
+"""The public API refuses bad input with TypeError/ValueError/NotImplementedError naming it."""
+import pytest
+import torch
+
+from generated.chunk_gla_fwd_o_gk import chunk_gla_fwd_o_gk
+from opgen.references.chunk_gla_fwd_o_gk import make_inputs
+
+
+@pytest.fixture()
+def x():
+    inputs = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=0)
+    return dict(q=inputs["q"], v=inputs["v"], g=inputs["g"], A=inputs["A"], h=inputs["h"], chunk_size=32)
+
+
+def _call(x, **changes):
+    return chunk_gla_fwd_o_gk(**{**x, **changes})
+
+
+@pytest.mark.parametrize("change, exc, pattern", [
+    (lambda x: {"q": x["q"].float()}, TypeError, r"q\.dtype must be one of float16, bfloat16, got torch\.float32"),
+    (lambda x: {"v": x["v"].bfloat16()}, TypeError, r"v must have the dtype of q \(float16\), got bfloat16"),
+    (lambda x: {"g": x["g"].half()}, TypeError, r"g\.dtype must be one of float32"),
+    (lambda x: {"q": x["q"][0]}, ValueError, r"q must have 4 dims \[B, T, H, K\], got shape \(40, 2, 32\)"),
+    (lambda x: {"h": x["h"][:, :1]}, ValueError, r"h\.shape\[1\] must be NT = 2 \(from cdiv\(T, BT\)\), got 1"),
+    (lambda x: {"A": x["A"][..., :16].contiguous()}, ValueError, r"A\.shape\[3\] must be BT = 32 \(from chunk_size\), got 16"),
+    (lambda x: {"v": x["v"][:, :39]}, ValueError, r"v\.shape\[1\] must be T = 40 \(from q\.shape\[1\]\), got 39"),
+    (lambda x: {"q": x["q"].transpose(1, 2).contiguous().transpose(1, 2)}, ValueError, r"q must be contiguous"),
+    (lambda x: {"q": x["q"].tolist()}, TypeError, r"q must be a torch\.Tensor, got list"),
+    (lambda x: {"chunk_size": 48}, ValueError, r"chunk_size must be one of 32, 64, got 48"),
+    (lambda x: {"chunk_size": True}, TypeError, r"chunk_size must be an int, got bool True"),
+    (lambda x: {"chunk_size": 32.0}, TypeError, r"chunk_size must be an int, got float 32\.0"),
+    (lambda x: {"use_exp2": 1}, TypeError, r"use_exp2 must be a bool, got int 1"),
+    (lambda x: {"scale": "0.1"}, TypeError, r"scale must be a float, got str"),
+    (lambda x: {"scale": float("nan")}, ValueError, r"scale must be finite, got nan"),
+    (lambda x: {"scale": float("inf")}, ValueError, r"scale must be finite, got inf"),
+    (lambda x: {"h": x["h"].to("meta")}, ValueError, r"h is on meta but q is on cpu"),
+])
+def test_bad_input_names_the_argument(x, change, exc, pattern):
+    with pytest.raises(exc, match=r"^chunk_gla_fwd_o_gk: " + pattern):
+        _call(x, **change(x))
+
+
+def test_zero_length_sequence(x):
+    empty = {k: (v[:, :0] if k != "chunk_size" else v) for k, v in x.items()}
+    empty["h"] = x["h"][:, :0]
+    with pytest.raises(ValueError, match="every dimension must be positive, got B=1 T=0"):
+        _call(empty)
+
+
+def test_cpu_needs_the_interpreter(x, monkeypatch):
+    import generated.chunk_gla_fwd_o_gk as api
+
+    monkeypatch.setattr(api, "_TABLE_CACHE", {})
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(NotImplementedError, match="CPU tensors run only under the Triton interpreter"):
+        _call(x)
+
+
+def test_device_without_table(x):
+    meta = {k: (v.to("meta") if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
+    with pytest.raises(NotImplementedError, match="no dispatch table for device type 'meta'"):
+        _call(meta)
+
+
+def test_unknown_gpu_has_no_table(x, monkeypatch):
+    import generated.chunk_gla_fwd_o_gk as api
+
+    class FakeCuda:
+        @staticmethod
+        def get_device_name(device):
+            return "NVIDIA A100-SXM4-80GB"
+
+    monkeypatch.setattr(api.torch, "cuda", FakeCuda)
+    with pytest.raises(NotImplementedError, match="no dispatch table for device 'NVIDIA A100-SXM4-80GB'"):
+        api._table(torch.device("cuda", 0))
+
+
+def test_tables_are_per_chip():
+    import generated.chunk_gla_fwd_o_gk.table_ascend910b3 as b3
+    import generated.chunk_gla_fwd_o_gk.table_h200 as h200
+    import generated.chunk_gla_fwd_o_gk.table_interpreter as cpu
+
+    assert (b3.CHIP, b3.RENDERING, b3.BUDGET_KIND, b3.BUDGET) == ("ascend910b3", "npu", "ub_bytes", 196608)
+    assert (h200.CHIP, h200.RENDERING, h200.BUDGET_KIND) == ("h200", "cuda", "smem_bytes")
+    assert (cpu.RENDERING, cpu.BUDGET, cpu.PROGRAMS) == ("npu", None, 4)
+
+
+def test_default_choice_reproduces_the_seed_on_ascend():
+    import generated.chunk_gla_fwd_o_gk as api
+
+    params = dict(B=2, T=256, H=4, K=96, V=160, scale=0.125, chunk_size=64, use_exp2=False,
+                  q_dtype="float16", v_dtype="float16", g_dtype="float32", A_dtype="float32",
+                  h_dtype="float32", BT=64, NT=4, dtype="float16", es=2)
+    variant, point = api._default_npu(196608, **params)
+    assert variant == "split_general_persistent"
+    assert (point["BK"], point["BV"]) == (64, 32)
+    variant, _ = api._default_npu(196608, **{**params, "scale": 1.5})
+    assert variant == "post_general_persistent"

@@ -1,0 +1,103 @@
+"""`opgen build`: deterministic output, headers naming their inputs, `--check` catching edits."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opgen import freeze
+from opgen.cli import main
+from opgen.render import HEADER_LINES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def project(tmp_path):
+    """A copy of the project's build inputs and its generated/ tree."""
+    for name in ("specs", "templates", "generated"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    if (ROOT / "records").exists():
+        shutil.copytree(ROOT / "records", tmp_path / "records")
+    return tmp_path
+
+
+def test_committed_generated_tree_is_fresh():
+    assert freeze.stale(ROOT, freeze.build_all(ROOT)) == []
+
+
+def test_two_builds_give_the_same_bytes(project):
+    first = {f.path: f.text for f in freeze.build_all(project)}
+    shutil.rmtree(project / "generated")
+    assert main(["--root", str(project), "build"]) == 0
+    second = {p.relative_to(project).as_posix(): p.read_text() for p in (project / "generated").rglob("*.py")}
+    assert first == second
+
+
+def test_check_catches_a_hand_edit(project, capsys):
+    assert main(["--root", str(project), "build", "--check"]) == 0
+    table = project / "generated" / "chunk_gla_fwd_o_gk" / "table_h200.py"
+    table.write_text(table.read_text().replace("BUDGET = ", "BUDGET = 1 + "))
+    assert main(["--root", str(project), "build", "--check"]) == 1
+    assert "generated/chunk_gla_fwd_o_gk/table_h200.py" in capsys.readouterr().err
+
+
+def test_check_catches_a_stray_file_and_build_removes_it(project, capsys):
+    stray = project / "generated" / "chunk_gla_fwd_o_gk" / "kernels" / "npu" / "old_variant.py"
+    stray.write_text("x = 1\n")
+    assert main(["--root", str(project), "build", "--check"]) == 1
+    assert "old_variant.py" in capsys.readouterr().err
+    assert main(["--root", str(project), "build"]) == 0
+    assert not stray.exists()
+
+
+def test_check_catches_a_spec_change(project):
+    spec = project / "specs" / "chunk_gla_fwd_o_gk.yaml"
+    spec.write_text(spec.read_text().replace('BK: "32 if K <= 32', 'BK: "16 if K <= 32'))
+    assert main(["--root", str(project), "build", "--check"]) == 1
+
+
+def test_headers_name_spec_templates_and_records():
+    files = freeze.build_all(ROOT)
+    for f in files:
+        assert f.text.startswith(HEADER_LINES), f.path
+    table = next(f for f in files if f.path.endswith("table_ascend910b3.py"))
+    assert "# spec       specs/chunk_gla_fwd_o_gk.yaml" in table.text
+    assert "# records    records/ascend910b3/chunk_gla_fwd_o_gk.jsonl" in table.text
+    kernel = next(f for f in files if f.path.endswith("kernels/npu/fp32_general_persistent.py"))
+    assert "# templates  templates/{chunk_gla_fwd_o_gk,_opgen}/*.j2  sha256:" in kernel.text
+
+
+def test_template_change_changes_hashes(project):
+    before = freeze.build_all(project)
+    template = project / "templates" / "chunk_gla_fwd_o_gk" / "chunk_o.py.j2"
+    template.write_text(template.read_text() + "\n{# a comment #}\n")
+    after = freeze.build_all(project)
+    assert [f.path for f in before] == [f.path for f in after]
+    assert all(a.text != b.text for a, b in zip(before, after) if "chunk_gla_fwd_o_gk" in a.path)
+
+
+def test_every_variant_and_chip_is_generated():
+    paths = {f.path for f in freeze.build_all(ROOT)}
+    base = "generated/chunk_gla_fwd_o_gk"
+    assert f"{base}/kernels/npu/split_single_persistent.py" in paths
+    assert f"{base}/kernels/cuda/fp32_h1_tiled.py" in paths
+    assert f"{base}/kernels/npu/fp32_h1_tiled.py" not in paths
+    for chip in ("ascend910b1", "ascend910b4", "ascend910_93", "ascend950", "h100", "h200", "interpreter"):
+        assert f"{base}/table_{chip}.py" in paths
+
+
+def test_generated_package_never_imports_the_driver():
+    for path in (ROOT / "generated").rglob("*.py"):
+        text = path.read_text()
+        for banned in ("import opgen", "from opgen", "import optuna", "import jinja2", "import yaml",
+                       "opgen.references"):
+            assert banned not in text, (path, banned)
+
+
+def test_console_script_check_runs():
+    result = subprocess.run([sys.executable, "-m", "opgen.cli", "--root", str(ROOT), "build", "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stdout

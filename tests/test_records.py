@@ -1,0 +1,293 @@
+"""Tuning records: line format, append/read under a lock, latest winners, frozen rows, nearest fill."""
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from opgen import records, space
+from opgen.errors import RecordError
+from opgen.hardware import profile
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+OP = "chunk_gla_fwd_o_gk"
+CHIP = profile("h200")
+TOOLS = {"triton": "3.6.0", "torch": "2.11.0", "cuda": "13.0"}
+BASE = {"B": 4, "T": 2048, "H": 16, "K": 128, "V": 128, "chunk_size": 64, "dtype": "bfloat16"}
+POINT = {"BK": 64, "BV": 64, "DOT_PRECISION": "ieee", "num_warps": 4, "num_stages": 2, "occupancy": 1}
+
+
+@pytest.fixture(scope="module")
+def gla():
+    return load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
+
+
+@pytest.fixture(scope="module")
+def hashes(gla):
+    return {v.name: f"sha256:{v.name}" for v in space.variants_for(gla, "cuda")}
+
+
+def _key(spec, case):
+    return records.key_of(spec, space.evaluate_params(spec, space.case_inputs(spec, case)))
+
+
+def _winner(spec, variant="post_general_tiled", point=POINT, median=0.1234, date="2026-11-30", **case):
+    case = {**BASE, **case}
+    return records.WinnerRecord(
+        op=OP, chip="h200", toolchain=TOOLS, kernel_hash=f"sha256:{variant}", key=_key(spec, case),
+        case=case, variant=variant, point=dict(point), study=f"{OP}/{variant}", date=date,
+        median_ms=median, remeasured_ms={f"{variant}:a": median, f"{variant}:b": median * 1.1},
+        margin=0.1, error={"rel_l2": 1e-3, "ref_rel_l2": 2e-3},
+        budget=records.Budget("smem_bytes", 57344, None))
+
+
+def _trial(n=0, study="s", status="ok", reason="", op=OP, chip="h200"):
+    return records.TrialRecord(
+        op=op, chip=chip, toolchain=TOOLS, kernel_hash="sha256:k", key=("bfloat16", 64, False, False, False, 2, 2, 1),
+        case=dict(BASE), variant="post_general_tiled", point=dict(POINT), study=study, date="2026-11-30",
+        trial=n, status=status, reason=reason, median_ms=0.5 if status == "ok" else None,
+        times_ms=(0.5, 0.51, 0.49) if status == "ok" else (), error={"rel_l2": 1e-3, "ref_rel_l2": None},
+        budget=records.Budget("smem_bytes", 57344, 57000))
+
+
+def _path(tmp_path):
+    return records.record_path(tmp_path, "h200", OP)
+
+
+def test_record_path():
+    assert records.record_path(Path("/r"), "h200", OP) == Path(f"/r/records/h200/{OP}.jsonl")
+
+
+def test_round_trip_and_line_format(gla):
+    for rec in (_trial(), _trial(3, status="timeout", reason="over 30 s"), _winner(gla)):
+        line = rec.line()
+        assert line == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"))
+        data = json.loads(line)
+        assert data["schema"] == records.SCHEMA and data["kind"] == type(rec).KIND
+        assert type(rec).from_json(data) == rec
+    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, False, 2, 2, 1]
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"status": "ok", "reason": "why"}, "reason"),
+    ({"status": "crash", "reason": ""}, "reason"),
+    ({"status": "melted"}, "status"),
+    ({"trial": True}, "trial: expected an integer"),
+    ({"median_ms": float("nan")}, "median_ms: expected a finite number"),
+    ({"date": "30/11/2026"}, "date"),
+    ({"budget": {"kind": "ub_bytes", "estimate": 1}}, "budget"),
+    ({"key": "bfloat16"}, "key: expected a list"),
+])
+def test_invalid_fields_are_refused(change, match):
+    data = {**_trial().to_json(), **change}
+    with pytest.raises(RecordError, match=f"f.jsonl:7: .*{match}"):
+        records.TrialRecord.from_json(data, "f.jsonl:7")
+
+
+def test_missing_or_unknown_keys_are_refused(gla):
+    data = _winner(gla).to_json()
+    del data["margin"]
+    with pytest.raises(RecordError, match=r"missing keys \['margin'\]"):
+        records.WinnerRecord.from_json(data)
+    with pytest.raises(RecordError, match=r"unknown keys \['extra'\]"):
+        records.WinnerRecord.from_json({**_winner(gla).to_json(), "extra": 1})
+
+
+def test_append_then_read(tmp_path, gla):
+    path = _path(tmp_path)
+    assert records.read(path, op=OP, chip="h200") == records.RecordFile(path, (), 0)
+    written = [_trial(0), _trial(1, status="compile_error", reason="ub overflow"), _winner(gla)]
+    assert records.append(path, written[:2]) == 0
+    assert records.append(path, written[2:]) == 0
+    got = records.read(path, op=OP, chip="h200")
+    assert got.records == tuple(written) and got.torn == 0
+    assert path.read_text().count("\n") == 3
+
+
+def test_torn_last_line_is_skipped_counted_and_cut(tmp_path):
+    path = _path(tmp_path)
+    records.append(path, [_trial(0), _trial(1)])
+    with open(path, "ab") as f:
+        f.write(_trial(2).line().encode()[:40])
+    got = records.read(path, op=OP, chip="h200")
+    assert [r.trial for r in got.records] == [0, 1] and got.torn == 1
+    assert records.append(path, [_trial(3)]) == 1
+    got = records.read(path, op=OP, chip="h200")
+    assert [r.trial for r in got.records] == [0, 1, 3] and got.torn == 0
+
+
+def test_complete_last_line_without_newline_is_kept(tmp_path):
+    path = _path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(_trial(0).line())
+    assert [r.trial for r in records.read(path, op=OP, chip="h200").records] == [0]
+    assert records.append(path, [_trial(1)]) == 0
+    assert [r.trial for r in records.read(path, op=OP, chip="h200").records] == [0, 1]
+
+
+def test_bad_middle_line_names_the_line(tmp_path):
+    path = _path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(_trial(0).line() + "\n{not json\n" + _trial(2).line() + "\n")
+    with pytest.raises(RecordError, match=rf"{OP}\.jsonl:2: not a JSON line"):
+        records.read(path, op=OP, chip="h200")
+    bad = {**_trial(1).to_json(), "status": "melted"}
+    path.write_text(_trial(0).line() + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(RecordError, match=r"jsonl:2: trial record: status"):
+        records.read(path, op=OP, chip="h200")
+
+
+def test_foreign_records_are_refused(tmp_path):
+    path = _path(tmp_path)
+    records.append(path, [_trial(0)])
+    with pytest.raises(RecordError, match="jsonl:1: foreign record"):
+        records.read(path, op="other_op", chip="h200")
+    with pytest.raises(RecordError, match="foreign record"):
+        records.read(path, op=OP, chip="ascend910b3")
+    path.write_text(json.dumps({**_trial(0).to_json(), "schema": 2}) + "\n")
+    with pytest.raises(RecordError, match="jsonl:1: foreign record.*'schema': 2"):
+        records.read(path, op=OP, chip="h200")
+    with pytest.raises(RecordError, match="cannot append"):
+        records.append(path, [_trial(0, chip="h100")])
+
+
+def test_key_of_buckets_like_the_generated_code(gla):
+    assert _key(gla, BASE) == ("bfloat16", 64, False, False, False, 2, 2, 1)
+    assert [records.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
+    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, False, True, 1, 4, 0)  # 4*1*64 tasks
+    assert _key(gla, {**BASE, "scale": 2.0})[3] is True
+
+
+def test_latest_winner_wins(gla):
+    first, second = _winner(gla), _winner(gla, "fp32_general_tiled")
+    other = _winner(gla, dtype="float16")
+    assert records.latest_winners([first, _trial(), second, other]) == {first.key: second, other.key: other}
+    assert records.latest_winners([second, first])[first.key] is first
+
+
+def _write(path, recs):
+    if path.exists():
+        path.unlink()
+    records.append(path, recs)
+
+
+def test_frozen_rows_sorted_deterministic_and_commented(tmp_path, gla, hashes):
+    path = _path(tmp_path)
+    recs = [_winner(gla, dtype="float16"), _winner(gla, K=64, V=64), _winner(gla, H=1, T=8192),
+            _winner(gla, scale=2.0), _winner(gla)]
+    _write(path, recs)
+    table = records.frozen_rows(gla, CHIP, path, hashes, fill=False)
+    assert records.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
+    _write(path, recs[::-1])
+    assert records.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
+    keys = [row.key for row in table.rows]
+    assert keys == sorted(keys, key=records.sort_key) and len(keys) == 5 and table.stale == ()
+    row = next(r for r in table.rows if r.key == _key(gla, BASE))
+    assert row == (_key(gla, BASE), "post_general_tiled", POINT, "median 0.1234 ms, smem_bytes 57344, tuned 2026-11-30")
+    assert list(row.point) == list(gla.tunables_for("cuda"))
+    # The latest line decides between two winners of one key, whatever the other lines' order.
+    _write(path, recs + [_winner(gla, "fp32_general_tiled", median=0.1)])
+    assert next(r for r in records.frozen_rows(gla, CHIP, path, hashes, fill=False).rows
+                if r.key == row.key).variant == "fp32_general_tiled"
+
+
+def test_no_record_file_means_no_rows(tmp_path, gla, hashes):
+    assert records.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == records.FrozenTable((), (), 0, 0)
+
+
+def test_stale_kernel_hash_is_excluded_and_reported(tmp_path, gla, hashes):
+    path = _path(tmp_path)
+    fresh, old = _winner(gla), _winner(gla, "fp32_general_tiled", dtype="float16")
+    _write(path, [fresh, old])
+    changed = {**hashes, "fp32_general_tiled": "sha256:new"}
+    table = records.frozen_rows(gla, CHIP, path, changed, fill=False)
+    assert [r.key for r in table.rows] == [fresh.key]
+    assert [s.record for s in table.stale] == [old] and "kernel changed" in table.stale[0].reason
+    assert records.stale(gla, CHIP, path, changed) == list(table.stale)
+    assert records.stale(gla, CHIP, path, hashes) == []
+    # A winner whose variant has no kernel for the chip's rendering is stale too.
+    del changed["fp32_general_tiled"]
+    assert "no cuda kernel" in records.stale(gla, CHIP, path, changed)[0].reason
+
+
+def test_illegal_winner_is_an_error(tmp_path, gla, hashes):
+    path = _path(tmp_path)
+    _write(path, [_winner(gla, "split_general_tiled")])  # split needs float16
+    with pytest.raises(RecordError, match="winner split_general_tiled .* not legal"):
+        records.frozen_rows(gla, CHIP, path, hashes)
+
+
+def _filled(table):
+    return {r.key: r for r in table.rows if r.comment.startswith("from ")}
+
+
+def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, hashes):
+    path = _path(tmp_path)
+    small = _winner(gla)  # K, V buckets 2, 2
+    large = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, K=512, B=1)  # K 4
+    half = _winner(gla, "post_h1_tiled", dtype="float16", H=1, T=8192)
+    _write(path, [small, large, half])
+    table = records.frozen_rows(gla, CHIP, path, hashes)
+    filled = _filled(table)
+    assert table.filled == len(filled) == 2 * 100 - 3  # two groups of 5 K x 5 V x 4 tasks buckets
+    assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=records.sort_key)
+
+    def at(base, **idx):
+        pos = {"K": 5, "V": 6, "tasks": 7}
+        key = list(base.key)
+        for name, value in idx.items():
+            key[pos[name]] = value
+        return filled[tuple(key)]
+
+    assert at(small, K=3).comment.startswith(f"from {small.key!r}, median 0.1234 ms")  # tie: smaller bucket
+    assert at(small, K=3, V=4).variant == "post_general_tiled"  # tie again
+    assert at(small, K=4, V=0).variant == "fp32_general_tiled"  # 2 from large, 4 from small
+    assert at(small, K=0, tasks=3).variant == "post_general_tiled"  # tasks moves through B, T
+    # Categorical fields never cross: every float16 fill comes from the float16 winner.
+    assert {r.variant for k, r in filled.items() if k[0] == "float16"} == {"post_h1_tiled"}
+    assert {r.variant for k, r in filled.items() if k[0] == "bfloat16"} == {"post_general_tiled", "fp32_general_tiled"}
+    assert records.frozen_rows(gla, CHIP, path, hashes) == table
+
+
+def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
+    path = _path(tmp_path)
+    single_point = {**POINT, "BK": 64, "BV": 64}
+    single = _winner(gla, "post_single_tiled", point=single_point, B=2, T=8192, H=8, K=64, V=64)
+    _write(path, [single])
+    filled = _filled(records.frozen_rows(gla, CHIP, path, hashes))
+    assert filled and all(k[5] <= 1 and k[6] <= 1 for k in filled)  # single needs K <= 64 and V <= 64
+    assert len(filled) == 2 * 2 * 4 - 1
+    # With a general winner farther up, a key past single's reach takes the next legal neighbour.
+    general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 3, V bucket 1
+    _write(path, [single, general])
+    filled = _filled(records.frozen_rows(gla, CHIP, path, hashes))
+    target = single.key[:5] + (2,) + single.key[6:]  # K bucket 2: one from both, single is smaller
+    assert filled[target].variant == "post_general_tiled"
+    assert filled[single.key[:5] + (0,) + single.key[6:]].variant == "post_single_tiled"
+
+
+def _append_many(path, study):
+    for n in range(50):
+        records.append(path, [_trial(n, study=study, status="crash", reason="x" * 3000)])
+
+
+def test_concurrent_appends_keep_every_line_intact(tmp_path):
+    path = _path(tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(path, f"w{i}")) for i in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    got = records.read(path, op=OP, chip="h200")
+    assert got.torn == 0 and len(got.records) == 100
+    assert sorted((r.study, r.trial) for r in got.records) == sorted((f"w{i}", n) for i in range(2) for n in range(50))
+
+
+def test_kernel_hash_ignores_the_generated_header():
+    body = '"""Kernel."""\nimport triton\n'
+    one = "# Generated by `opgen build`.\n# spec  specs/x.yaml  sha256:1\n" + body
+    two = "# Generated by `opgen build`.\n# spec  specs/x.yaml  sha256:2\n" + body
+    assert records.kernel_hash(one) == records.kernel_hash(two) != records.kernel_hash(one + "x = 1\n")

@@ -1,0 +1,119 @@
+"""The search space: variants, legality, constraints, budgets and the spec's default choice."""
+from pathlib import Path
+
+import pytest
+
+from opgen import space
+from opgen.errors import BuildError
+from opgen.hardware import profile
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gla():
+    return load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+
+
+def _params(spec, **row):
+    return space.evaluate_params(spec, space.case_inputs(spec, row))
+
+
+def test_variants_per_rendering(gla):
+    npu = [v.name for v in space.variants_for(gla, "npu")]
+    cuda = [v.name for v in space.variants_for(gla, "cuda")]
+    assert len(npu) == 12 and all(n.endswith("_persistent") for n in npu)
+    assert len(cuda) == 24
+    assert npu[0] == "fold_general_persistent"
+    assert space.find_variant(gla, "split_h1_tiled").flags == {"SCALE_PATH": "split", "SHAPE": "h1", "GRID": "tiled"}
+    with pytest.raises(BuildError, match="unknown variant 'nope'"):
+        space.find_variant(gla, "nope")
+
+
+def test_legality(gla):
+    bf16 = _params(gla, B=1, T=64, H=1, K=64, V=64, chunk_size=64, dtype="bfloat16")
+    fp16 = _params(gla, B=2, T=64, H=4, K=128, V=64, chunk_size=64, dtype="float16")
+    assert not space.is_legal(gla, space.find_variant(gla, "split_general_tiled"), bf16)
+    assert space.is_legal(gla, space.find_variant(gla, "split_general_tiled"), fp16)
+    assert space.is_legal(gla, space.find_variant(gla, "fp32_h1_persistent"), bf16)
+    assert not space.is_legal(gla, space.find_variant(gla, "fp32_h1_persistent"), fp16)
+    assert space.is_legal(gla, space.find_variant(gla, "fold_single_persistent"), bf16)
+    assert not space.is_legal(gla, space.find_variant(gla, "fold_single_persistent"), fp16)
+
+
+def test_budget_filter_on_ascend(gla):
+    params = _params(gla, B=1, T=4096, H=16, K=128, V=128, chunk_size=64, dtype="float16")
+    variant = space.find_variant(gla, "fp32_general_persistent")
+    points, count = space.points(gla, variant, profile("ascend910b3"), params)
+    assert count.total == 3 * 3 * 2 * 2 * 1
+    assert count.feasible == len(points) == count.total - count.duplicates - count.constrained - count.over_budget
+    assert count.over_budget > 0
+    assert any(reason.startswith("ub_bytes > 196608") for reason, _ in count.reasons)
+    for point in points:
+        used = space.budget_bytes(gla, variant, point.config, params, profile("ascend910b3"))
+        assert used[0] == "ub_bytes" and used[1] <= 196608
+    # multibuffer doubles the loaded tiles: the biggest tiles fit only without it
+    big = [p.config for p in points if p.config["BK"] == 128 and p.config["BV"] == 128]
+    assert big and all(c["multibuffer"] is False for c in big)
+
+
+def test_fixed_tunables_collapse_duplicates(gla):
+    params = _params(gla, B=1, T=64, H=2, K=48, V=40, chunk_size=64, dtype="float16")
+    variant = space.find_variant(gla, "fold_single_tiled")
+    points, count = space.points(gla, variant, profile("h200"), params)
+    assert {p.config["BK"] for p in points} == {64}
+    assert {p.config["BV"] for p in points} == {64}
+    assert {p.config["DOT_PRECISION"] for p in points} == {"ieee"}
+    assert count.duplicates > 0
+
+
+def test_constraints_prune_oversized_tiles(gla):
+    params = _params(gla, B=1, T=64, H=2, K=32, V=32, chunk_size=32, dtype="float16")
+    variant = space.find_variant(gla, "fold_general_tiled")
+    points, count = space.points(gla, variant, profile("h200"), params)
+    assert all(p.config["BK"] <= 32 and p.config["BV"] <= 32 for p in points)
+    assert dict(count.reasons)["BK <= max(16, pow2(K))"] > 0
+
+
+@pytest.mark.parametrize("K, V, BK, BV", [
+    (32, 64, 32, 64), (16, 48, 32, 64), (128, 128, 128, 128), (256, 512, 128, 128),
+    (96, 96, 64, 32), (64, 160, 64, 32), (48, 256, 64, 128), (192, 80, 64, 128),
+])
+def test_npu_default_is_the_seed_rule(gla, K, V, BK, BV):
+    params = _params(gla, B=2, T=256, H=4, K=K, V=V, chunk_size=64, dtype="bfloat16")
+    point = space.default_point(gla, profile("ascend910b2"), params)
+    assert (point.config["BK"], point.config["BV"]) == (BK, BV)
+
+
+@pytest.mark.parametrize("row, variant", [
+    (dict(B=2, T=256, H=4, K=128, V=128, dtype="float16"), "split_general_persistent"),
+    (dict(B=2, T=256, H=4, K=128, V=128, dtype="bfloat16"), "fp32_general_persistent"),
+    (dict(B=2, T=256, H=4, K=128, V=128, dtype="bfloat16", scale=2.0), "post_general_persistent"),
+    (dict(B=2, T=256, H=1, K=128, V=128, dtype="bfloat16"), "fp32_h1_persistent"),
+    (dict(B=1, T=256, H=4, K=64, V=48, dtype="float16"), "split_single_persistent"),
+    (dict(B=2, T=256, H=4, K=64, V=48, dtype="float16"), "split_general_persistent"),
+])
+def test_npu_default_routes_like_the_seed(gla, row, variant):
+    params = _params(gla, chunk_size=64, **row)
+    assert space.default_point(gla, profile("ascend910b3"), params).variant == variant
+
+
+def test_default_multibuffer_is_first_that_fits(gla):
+    small = _params(gla, B=2, T=256, H=4, K=64, V=64, chunk_size=64, dtype="bfloat16")
+    big = _params(gla, B=2, T=256, H=4, K=128, V=128, chunk_size=64, dtype="bfloat16")
+    assert space.default_point(gla, profile("ascend910b3"), small).config["multibuffer"] is True
+    assert space.default_point(gla, profile("ascend910b3"), big).config["multibuffer"] is False
+
+
+def test_every_case_has_a_legal_default_on_every_chip(gla):
+    from opgen.hardware import PROFILES
+
+    for set_name in gla.cases:
+        for row in gla.expand_cases(set_name):
+            params = _params(gla, **row)
+            for chip in PROFILES.values():
+                point = space.default_point(gla, chip, params)
+                variant = space.find_variant(gla, point.variant)
+                assert space.is_legal(gla, variant, params)
+                assert chip.rendering in variant.backends
