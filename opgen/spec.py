@@ -139,6 +139,12 @@ class Reference(_Model):
     inputs: str
 
 
+class Accuracy(_Model):
+    """The precision bar a tuned point must meet (beyond the golden checks), per dtype."""
+
+    max_rel_l2: dict[DType, float] = {}
+
+
 class Api(_Model):
     """How the public function calls a variant module's ``launch``."""
 
@@ -161,6 +167,7 @@ class OpSpec(_Model):
     dispatch: Dispatch
     reference: Reference
     api: Api
+    accuracy: Accuracy = Accuracy()
     cases: dict[Ident, tuple[dict[Ident, Union[Scalar, tuple[Scalar, ...]]], ...]] = {}
     path: str = ""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -223,7 +224,9 @@ class Campaign:
         fixed = {n: v[0] for n, v in domains.items() if len(v) == 1}
         feasible = {p.values: p for p in plan.points}
         small = len(plan.points) <= self.settings.exhaustive_below
-        sampler = (optuna.samplers.BruteForceSampler(seed=self.settings.seed) if small else
+        # Exhaustive: every feasible point is enqueued (in a seeded order) and the sampler only
+        # replays the queue; optuna's BruteForceSampler would call study.stop(), which ask/tell refuses.
+        sampler = (optuna.samplers.RandomSampler(seed=self.settings.seed) if small else
                    optuna.samplers.TPESampler(seed=self.settings.seed, multivariate=True,
                                               n_startup_trials=min(10, max(2, self.settings.trials // 3))))
         study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
@@ -238,7 +241,14 @@ class Campaign:
                 seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
                 measured.append(_measured_from_attrs(feasible.get(values), trial.user_attrs))
         distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
-        for point in enqueue:
+        queue = list(enqueue)
+        if small:
+            import random
+
+            rest = list(plan.points)
+            random.Random(self.settings.seed).shuffle(rest)
+            queue += rest
+        for point in queue:
             if point.values in feasible and point.values not in seen:
                 study.enqueue_trial({n: point.config[n] for n in searched}, skip_if_exists=True)
         grid = math.prod(len(v) for v in searched.values())
@@ -285,18 +295,19 @@ class Campaign:
                 error=result.error, budget=self._budget(plan.variant, m.point, params, result)))
 
     def _budget(self, variant: Variant, point: Point, params: dict[str, Any],
-                result: Result | None = None) -> dict[str, Any]:
+                result: Result | None = None) -> dict[str, Any] | None:
         from .space import budget_bytes
 
         used = budget_bytes(self.spec, variant, point.config, params, self.profile)
+        if used is None:
+            return None
         reported = None
         if result is not None:
             if "shared" in result.reported:
                 reported = result.reported["shared"]
             elif "required_ub_bits" in result.reported:
                 reported = result.reported["required_ub_bits"] // 8
-        return {"kind": used[0] if used else None, "estimate": used[1] if used else None,
-                "reported": reported}
+        return {"kind": used[0], "estimate": used[1], "reported": reported}
 
     # --- winners ----------------------------------------------------------------------------
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
@@ -331,7 +342,7 @@ class Campaign:
             if not math.isfinite(t):
                 continue
             used = self._budget(find_variant(self.spec, p.variant), p, bucket.params[0])
-            rows.append((t, used["estimate"] or 0, p.name(), p))
+            rows.append((t, used["estimate"] if used else 0, p.name(), p))
         if not rows:
             return None
         winner = tie_break(rows, self.settings.tie_margin)
@@ -392,3 +403,48 @@ def _measured_from_attrs(point: Point | None, attrs: dict[str, Any]) -> Measured
     if point is None:
         m.point = None  # type: ignore[assignment]
     return m
+
+
+# --- driving a campaign from the command line -------------------------------------------------
+def open_storage(where: str):
+    """An optuna storage: an RDB URL (``sqlite:///x.db``, ``postgresql://...``) or a journal file."""
+    import optuna
+
+    if "://" in where:
+        return optuna.storages.RDBStorage(where)
+    from optuna.storages.journal import JournalFileBackend
+
+    Path(where).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(where))
+
+
+def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
+    """Content hashes of the generated kernel modules of one rendering (the records' identity)."""
+    from .records import kernel_hash
+
+    base = root / "generated" / spec.op / "kernels" / rendering
+    return {v.name: kernel_hash((base / f"{v.name}.py").read_text(encoding="utf-8"))
+            for v in variants_for(spec, rendering)}
+
+
+def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
+                hashes: dict[str, str], date: str) -> Callable[[str, dict[str, Any]], None]:
+    """A sink that appends each trial and winner to the tuning records as it happens."""
+    from . import records
+
+    def sink(kind: str, fields_: dict[str, Any]) -> None:
+        common = dict(op=spec.op, chip=chip, toolchain=toolchain,
+                      kernel_hash=hashes[fields_["variant"]], date=date)
+        cls = records.TrialRecord if kind == "trial" else records.WinnerRecord
+        records.append(path, [cls(**common, **fields_)])
+    return sink
+
+
+def summary(winners: list[dict[str, Any]], key_names: tuple[str, ...]) -> str:
+    """The end-of-campaign table: one row per bucket."""
+    lines = [f"{'key (' + ', '.join(key_names) + ')':<56} {'variant':<28} {'median ms':>10}  point"]
+    for w in winners:
+        key = ",".join(str(k) for k in w["key"])
+        point = ",".join(f"{k}={v}" for k, v in w["point"].items())
+        lines.append(f"{key:<56} {w['variant']:<28} {w['median_ms']:>10.4f}  {point}")
+    return "\n".join(lines)

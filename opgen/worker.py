@@ -190,7 +190,7 @@ def run_task(task: Task, state: _State | None = None) -> Result:
     out = outputs[next(iter(spec.signature.outputs))]
     report = accuracy.check_all(out, case["golden"], case["ref32"], case["magnitude"])
     error = {"rel_l2": report.rel_l2, "max_abs_rel": report.max_abs_rel,
-             "ref_rel_l2": report.dual.ref_rel_l2}
+             "ref_rel_l2": report.dual.ref32_rms}
     if not report.passed:
         return Result("wrong_result", report.summary(), error=error, seconds=time.perf_counter() - start)
     if task.max_rel_l2 is not None and report.rel_l2 > task.max_rel_l2:
