@@ -1,7 +1,9 @@
 """The ``opgen`` command line: the only reader of argv and the environment.
 
 Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
-``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only).
+``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
+``bench`` (a generated op against a baseline, side by side) and ``replay`` (the search replayed
+on a recorded exhaustive sweep).
 """
 from __future__ import annotations
 
@@ -80,13 +82,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     programs = chip.programs if backend_name == "interpreter" else (
         backend.cores() if backend_name == "npu" else __import__("torch").cuda.get_device_properties(device).multi_processor_count)
     hashes = tune.kernel_hashes(root, spec, chip.rendering)
-    path = record_path(root, chip.name, spec.op)
+    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     earlier = {k: Point(w.variant, tuple(w.point.items())) for k, w in
                latest_winners(read(path, op=spec.op, chip=chip.name).records).items()} if path.exists() else {}
     date = args.date or datetime.date.today().isoformat()
     settings = tune.Settings(trials=args.trials, study_seconds=args.study_seconds,
                              campaign_seconds=args.campaign_seconds, seed=args.seed,
-                             point_timeout=args.point_timeout,
+                             point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
                              protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
     storage = tune.open_storage(args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal"))
     campaign = tune.Campaign(spec, chip, str(root), backend_name, device, programs, storage,
@@ -95,7 +97,47 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                              progress=not args.no_progress)
     winners = campaign.run(plans, earlier)
     print(tune.summary(winners, tuple(spec.dispatch.key)))
-    print(f"records: {path.relative_to(root)}; run `opgen build` to freeze them")
+    print(f"records: {path}; run `opgen build` to freeze them")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from . import compare
+    from .backends import get_backend
+    from .bench import Protocol
+    from .errors import SpecError
+    from .spec import load_spec
+
+    root = Path(args.root).resolve() if args.root else _find_root(Path.cwd())
+    sys.path.insert(0, str(root))
+    spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
+    if args.baseline not in spec.baselines:
+        raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
+    backend = get_backend(args.backend, args.device)
+    base = compare._resolve(spec.baselines[args.baseline])
+    bandwidth = compare.copy_bandwidth(backend)
+    print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
+    protocol = Protocol(warmup=args.warmup, repeat=args.repeat)
+    results = []
+    for row in spec.expand_cases(args.cases):
+        results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
+        print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
+    text = compare.table(results, args.baseline)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import math
+
+    from . import replay
+
+    sweep = replay.load_sweep(Path(args.records), args.op, args.chip, args.variant)
+    budget = max(1, math.floor(args.fraction * len(sweep.times)))
+    runs = replay.replay(sweep, budget, range(args.seeds))
+    print(replay.report(sweep, runs, budget, args.within))
     return 0
 
 
@@ -124,7 +166,30 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--seed", type=int, default=0)
     tune_p.add_argument("--date", help="date stamped on records (default: today)")
     tune_p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tune_p.add_argument("--records", help="record file (default records/<chip>/<op>.jsonl)")
+    tune_p.add_argument("--exhaustive-below", type=int, default=64, help="search exhaustively up to this many points")
     tune_p.set_defaults(func=_cmd_tune)
+    bench_p = sub.add_parser("bench", help="time a generated op against a baseline, side by side")
+    bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
+    bench_p.add_argument("--baseline", required=True, help="a baseline named in the spec (e.g. fla)")
+    bench_p.add_argument("--cases", default="bench", help="case set of the spec")
+    bench_p.add_argument("--backend", default="cuda", choices=("cuda", "npu"))
+    bench_p.add_argument("--device", help="torch device (default: the backend's first)")
+    bench_p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    bench_p.add_argument("--warmup", type=int, default=10)
+    bench_p.add_argument("--repeat", type=int, default=50)
+    bench_p.add_argument("--seed", type=int, default=0)
+    bench_p.add_argument("--output", help="also write the table to this file")
+    bench_p.set_defaults(func=_cmd_bench)
+    replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
+    replay_p.add_argument("op")
+    replay_p.add_argument("--chip", required=True)
+    replay_p.add_argument("--records", required=True, help="record file holding the sweep")
+    replay_p.add_argument("--variant", required=True)
+    replay_p.add_argument("--fraction", type=float, default=0.3, help="trial budget as a fraction of the sweep")
+    replay_p.add_argument("--within", type=float, default=0.03, help="gap to the exhaustive best that counts as a hit")
+    replay_p.add_argument("--seeds", type=int, default=20)
+    replay_p.set_defaults(func=_cmd_replay)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

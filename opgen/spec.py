@@ -168,6 +168,8 @@ class OpSpec(_Model):
     reference: Reference
     api: Api
     accuracy: Accuracy = Accuracy()
+    baselines: dict[Ident, str] = {}
+    traffic_bytes: Formula | None = None
     cases: dict[Ident, tuple[dict[Ident, Union[Scalar, tuple[Scalar, ...]]], ...]] = {}
     path: str = ""
 
@@ -302,6 +304,8 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
     for name in spec.api.launch_args:
         if name not in sig.tensors and name not in sig.outputs and name not in params:
             raise SpecError(file, "api.launch_args", "tensor, output, scalar or param names", name)
+    if spec.traffic_bytes is not None:
+        _check_names(file, "traffic_bytes", spec.traffic_bytes, params)
     for set_name, rows in spec.cases.items():
         for i, row in enumerate(rows):
             for key in row:

@@ -212,79 +212,17 @@ class Campaign:
     def run_study(self, plan: StudyPlan, enqueue: Iterable[Point] = ()) -> list[Measured]:
         """Search one variant on one bucket; return every point measured (this run or before)."""
         import optuna
-        from optuna.distributions import CategoricalDistribution
-        from optuna.trial import TrialState
 
-        name = plan.name(self.spec.op, self.profile.name, self.toolchain)
         if not plan.points:
             return []
-        names = [n for n, _ in plan.points[0].values]
-        domains = {n: list(dict.fromkeys(p.config[n] for p in plan.points)) for n in names}
-        searched = {n: v for n, v in domains.items() if len(v) > 1}
-        fixed = {n: v[0] for n, v in domains.items() if len(v) == 1}
-        feasible = {p.values: p for p in plan.points}
-        small = len(plan.points) <= self.settings.exhaustive_below
-        # Exhaustive: every feasible point is enqueued (in a seeded order) and the sampler only
-        # replays the queue; optuna's BruteForceSampler would call study.stop(), which ask/tell refuses.
-        sampler = (optuna.samplers.RandomSampler(seed=self.settings.seed) if small else
-                   optuna.samplers.TPESampler(seed=self.settings.seed, multivariate=True,
-                                              n_startup_trials=min(10, max(2, self.settings.trials // 3))))
-        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
-                                    direction="minimize", load_if_exists=True)
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
-        seen: dict[tuple, float | None] = {}
-        measured: list[Measured] = []
-        for trial in study.get_trials(deepcopy=False):
-            if trial.user_attrs.get("measured"):
-                values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
-                seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
-                measured.append(_measured_from_attrs(feasible.get(values), trial.user_attrs))
-        distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
-        queue = list(enqueue)
-        if small:
-            import random
-
-            rest = list(plan.points)
-            random.Random(self.settings.seed).shuffle(rest)
-            queue += rest
-        for point in queue:
-            if point.values in feasible and point.values not in seen:
-                study.enqueue_trial({n: point.config[n] for n in searched}, skip_if_exists=True)
-        grid = math.prod(len(v) for v in searched.values())
-        asked: set[tuple] = set()
+        name = plan.name(self.spec.op, self.profile.name, self.toolchain)
+        study = optuna.create_study(study_name=name, storage=self.storage, direction="minimize",
+                                    sampler=make_sampler(self.settings, len(plan.points)),
+                                    load_if_exists=True)
         deadline = min(self.deadline, time.monotonic() + self.settings.study_seconds)
-        count = sum(1 for m in measured if m.point is not None)
-        asks = 0
-        while (count < self.settings.trials and time.monotonic() < deadline
-               and len(asked) < grid and len(seen) < len(feasible) and asks < 20 * self.settings.trials + grid):
-            asks += 1
-            trial = study.ask(distributions)
-            values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
-            asked.add(values)
-            if values not in feasible:
-                study.tell(trial, state=TrialState.PRUNED)
-                continue
-            if values in seen:
-                trial.set_user_attr("duplicate", True)
-                if seen[values] is None:
-                    study.tell(trial, state=TrialState.FAIL)
-                else:
-                    study.tell(trial, seen[values])
-                continue
-            result = self.measure(feasible[values], plan.bucket)
-            for key, value in _attrs_of(result).items():
-                trial.set_user_attr(key, value)
-            if result.ok:
-                study.tell(trial, result.value)
-                seen[values] = result.value
-            else:
-                study.tell(trial, state=TrialState.FAIL)
-                seen[values] = None
-            measured.append(result)
-            count += 1
-            self._emit_trial(name, trial.number, plan, result)
-        return measured
+        return search(study, plan.points, enqueue, self.settings, deadline,
+                      lambda point: self.measure(point, plan.bucket),
+                      lambda number, m: self._emit_trial(name, number, plan, m))
 
     def _emit_trial(self, study: str, number: int, plan: StudyPlan, m: Measured) -> None:
         for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results):
@@ -386,6 +324,91 @@ class Campaign:
             bar.close()
             self.worker.close()
         return winners
+
+
+def make_sampler(settings: Settings, n_points: int):
+    """Seeded TPE for large spaces; for small ones a seeded sampler that only replays the queue
+    (every feasible point is enqueued: optuna's BruteForceSampler calls ``study.stop()``, which
+    the ask-and-tell loop refuses)."""
+    import optuna
+
+    if n_points <= settings.exhaustive_below:
+        return optuna.samplers.RandomSampler(seed=settings.seed)
+    return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True,
+                                      n_startup_trials=min(10, max(2, settings.trials // 3)))
+
+
+def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], settings: Settings,
+           deadline: float, measure: Callable[[Point], Measured],
+           on_trial: Callable[[int, Measured], None]) -> list[Measured]:
+    """The ask-and-tell loop of one study over a finite set of feasible points.
+
+    Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
+    measured again), enqueues ``enqueue`` first (and every point when the space is small), never
+    measures a point twice, prunes suggestions outside the feasible set without measuring, and
+    stops at ``settings.trials`` measured points, the deadline or an exhausted space.
+
+    Returns:
+        Every point measured in this study, earlier runs included.
+    """
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    names = [n for n, _ in points_[0].values]
+    domains = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names}
+    searched = {n: v for n, v in domains.items() if len(v) > 1}
+    fixed = {n: v[0] for n, v in domains.items() if len(v) == 1}
+    feasible = {p.values: p for p in points_}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
+    seen: dict[tuple, float | None] = {}
+    measured: list[Measured] = []
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
+            values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+            seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
+            measured.append(_measured_from_attrs(feasible.get(values), trial.user_attrs))
+    queue = list(enqueue)
+    if len(points_) <= settings.exhaustive_below:
+        import random
+
+        rest = list(points_)
+        random.Random(settings.seed).shuffle(rest)
+        queue += rest
+    for point in queue:
+        if point.values in feasible and point.values not in seen:
+            study.enqueue_trial({n: point.config[n] for n in searched}, skip_if_exists=True)
+    distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
+    grid = math.prod(len(v) for v in searched.values())
+    asked: set[tuple] = set()
+    count = sum(1 for m in measured if m.point is not None)
+    asks = 0
+    while (count < settings.trials and time.monotonic() < deadline and len(asked) < grid
+           and len(seen) < len(feasible) and asks < 20 * settings.trials + grid):
+        asks += 1
+        trial = study.ask(distributions)
+        values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+        asked.add(values)
+        if values not in feasible:
+            study.tell(trial, state=TrialState.PRUNED)
+            continue
+        if values in seen:
+            trial.set_user_attr("duplicate", True)
+            study.tell(trial, seen[values], state=None if seen[values] is not None else TrialState.FAIL)
+            continue
+        result = measure(feasible[values])
+        for key, value in _attrs_of(result).items():
+            trial.set_user_attr(key, value)
+        if result.ok:
+            study.tell(trial, result.value)
+            seen[values] = result.value
+        else:
+            study.tell(trial, state=TrialState.FAIL)
+            seen[values] = None
+        measured.append(result)
+        count += 1
+        on_trial(trial.number, result)
+    return measured
 
 
 def _attrs_of(m: Measured) -> dict[str, Any]:

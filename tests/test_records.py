@@ -44,7 +44,7 @@ def _winner(spec, variant="post_general_tiled", point=POINT, median=0.1234, date
 
 def _trial(n=0, study="s", status="ok", reason="", op=OP, chip="h200"):
     return records.TrialRecord(
-        op=op, chip=chip, toolchain=TOOLS, kernel_hash="sha256:k", key=("bfloat16", 64, False, False, False, 2, 2, 1),
+        op=op, chip=chip, toolchain=TOOLS, kernel_hash="sha256:k", key=("bfloat16", 64, False, False, 2, 2, 1),
         case=dict(BASE), variant="post_general_tiled", point=dict(POINT), study=study, date="2026-11-30",
         trial=n, status=status, reason=reason, median_ms=0.5 if status == "ok" else None,
         times_ms=(0.5, 0.51, 0.49) if status == "ok" else (), error={"rel_l2": 1e-3, "ref_rel_l2": None},
@@ -66,7 +66,7 @@ def test_round_trip_and_line_format(gla):
         data = json.loads(line)
         assert data["schema"] == records.SCHEMA and data["kind"] == type(rec).KIND
         assert type(rec).from_json(data) == rec
-    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, False, 2, 2, 1]
+    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, 2, 2, 1]
 
 
 @pytest.mark.parametrize("change, match", [
@@ -153,10 +153,10 @@ def test_foreign_records_are_refused(tmp_path):
 
 
 def test_key_of_buckets_like_the_generated_code(gla):
-    assert _key(gla, BASE) == ("bfloat16", 64, False, False, False, 2, 2, 1)
+    assert _key(gla, BASE) == ("bfloat16", 64, False, False, 2, 2, 1)
     assert [records.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
-    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, False, True, 1, 4, 0)  # 4*1*64 tasks
-    assert _key(gla, {**BASE, "scale": 2.0})[3] is True
+    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 4, 0)  # 4*1*64 tasks
+    assert _key(gla, {**BASE, "scale": 2.0})[2] is True
 
 
 def test_latest_winner_wins(gla):
@@ -234,7 +234,7 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=records.sort_key)
 
     def at(base, **idx):
-        pos = {"K": 5, "V": 6, "tasks": 7}
+        pos = {"K": 4, "V": 5, "tasks": 6}
         key = list(base.key)
         for name, value in idx.items():
             key[pos[name]] = value
@@ -256,7 +256,7 @@ def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
     single = _winner(gla, "post_single_tiled", point=single_point, B=2, T=8192, H=8, K=64, V=64)
     _write(path, [single])
     filled = _filled(records.frozen_rows(gla, CHIP, path, hashes))
-    assert filled and all(k[5] <= 1 and k[6] <= 1 for k in filled)  # single needs K <= 64 and V <= 64
+    assert filled and all(k[4] <= 1 and k[5] <= 1 for k in filled)  # single needs K <= 64 and V <= 64
     assert len(filled) == 2 * 2 * 4 - 1
     # With a general winner farther up, a key past single's reach takes the next legal neighbour.
     general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 3, V bucket 1

@@ -1,0 +1,107 @@
+"""``opgen bench``: a generated op and a baseline side by side, in one process, on the same inputs.
+
+Prints per case both times, the speed-up, the fraction of the memory floor (bytes the op must
+move over the copy bandwidth measured in the same run), both errors against the float64 golden,
+and the first-call time of each (the baseline's includes its runtime autotuning). Not a test:
+numbers depend on the device. Uses ``spec``, ``space``, ``bench``, ``backends``, ``accuracy``.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import bench
+from .accuracy import rel_l2
+from .backends import Backend
+from .space import case_inputs, evaluate_params
+from .spec import OpSpec
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case of the comparison."""
+
+    case: str
+    ours_ms: float
+    base_ms: float
+    floor_ms: float
+    ours_err: float
+    base_err: float
+    ours_first_s: float
+    base_first_s: float
+
+    @property
+    def speedup(self) -> float:
+        return self.base_ms / self.ours_ms
+
+
+def _resolve(path: str) -> Callable[..., Any]:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def copy_bandwidth(backend: Backend, nbytes: int = 1 << 30) -> float:
+    """Bytes per second of a device-to-device copy, counting bytes read and written."""
+    import torch
+
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=backend.device)
+    dst = torch.empty_like(src)
+    times = bench.measure(backend, lambda: dst.copy_(src), bench.Protocol(warmup=3, repeat=20, flush=False))
+    return 2 * nbytes / (bench.median(times) * 1e-3)
+
+
+def case_id(row: dict[str, Any]) -> str:
+    """A readable case id: ``B4-T2048-H16-K128-V128-C64-bf16``."""
+    short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+    dims = "-".join(f"{k}{row[k]}" for k in ("B", "T", "H", "K", "V") if k in row)
+    return f"{dims}-C{row.get('chunk_size')}-{short.get(row.get('dtype'), row.get('dtype'))}"
+
+
+def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable[..., Any],
+             bandwidth: float, seed: int, rounds: int, protocol: bench.Protocol) -> CaseResult:
+    """Time and check the generated op and the baseline on one case."""
+    import torch
+
+    from .worker import prepare_case
+
+    op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
+    case = prepare_case(spec, row, seed, backend.device)
+    args = {name: case["inputs"][name] for name in (*spec.signature.tensors, *spec.signature.scalars)}
+    firsts = []
+    outs = []
+    for fn in (op, base):
+        start = time.perf_counter()
+        outs.append(fn(**args))
+        backend.synchronize()
+        firsts.append(time.perf_counter() - start)
+    errors = [rel_l2(o, case["golden"]) for o in outs]
+    times = bench.side_by_side(backend, {"ours": lambda: op(**args), "base": lambda: base(**args)},
+                               rounds=rounds, protocol=protocol)
+    floor_s = spec.traffic_bytes.evaluate(case["params"]) / bandwidth if spec.traffic_bytes else math.nan
+    del case, outs
+    torch.cuda.empty_cache() if backend.name == "cuda" else None
+    return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
+                      firsts[0], firsts[1])
+
+
+def table(results: list[CaseResult], baseline: str) -> str:
+    """The printed comparison with its summary lines."""
+    lines = [f"{'case':<34} {'ours ms':>9} {baseline + ' ms':>9} {'speedup':>8} {'floor ours':>10} "
+             f"{'floor ' + baseline:>10} {'err ours':>9} {'err ' + baseline:>9} {'1st ours s':>10} "
+             f"{'1st ' + baseline + ' s':>10}"]
+    for r in results:
+        lines.append(f"{r.case:<34} {r.ours_ms:>9.4f} {r.base_ms:>9.4f} {r.speedup:>7.3f}x "
+                     f"{r.floor_ms / r.ours_ms:>10.3f} {r.floor_ms / r.base_ms:>10.3f} {r.ours_err:>9.2e} "
+                     f"{r.base_err:>9.2e} {r.ours_first_s:>10.2f} {r.base_first_s:>10.2f}")
+    if results:
+        geo = math.exp(sum(math.log(r.speedup) for r in results) / len(results))
+        floor = math.exp(sum(math.log(r.floor_ms / r.ours_ms) for r in results) / len(results))
+        worst = min(results, key=lambda r: r.speedup)
+        lines.append(f"geomean speedup {geo:.3f}x, min {worst.speedup:.3f}x ({worst.case}), "
+                     f">=1.2x on {sum(r.speedup >= 1.2 for r in results)}/{len(results)}; "
+                     f"geomean fraction of the memory floor {floor:.3f}; error no worse than "
+                     f"{baseline} on {sum(r.ours_err <= r.base_err for r in results)}/{len(results)}")
+    return "\n".join(lines)
