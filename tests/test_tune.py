@@ -1,0 +1,128 @@
+"""The tuner on the CPU interpreter, end to end, with a toy op whose variants misbehave on purpose:
+a crashing, a hanging and a wrong-result configuration are each recorded with their status while
+the campaign completes; a killed campaign resumes without losing or re-measuring anything; the
+frozen table is deterministic; a record whose kernel changed is reported stale, not frozen."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = Path(__file__).resolve().parent / "toy_project"
+RECORDS = Path("records/interpreter/toy_op.jsonl")
+
+
+def _project(tmp: Path) -> Path:
+    shutil.copytree(TOY, tmp, dirs_exist_ok=True)
+    shutil.copytree(ROOT / "templates" / "_opgen", tmp / "templates" / "_opgen")
+    _opgen(tmp, "build")
+    return tmp
+
+
+def _opgen(root: Path, *args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TRITON_INTERPRET", None)  # the tuner sets it for the interpreter chip itself
+    result = subprocess.run([sys.executable, "-m", "opgen.cli", "--root", str(root), *args],
+                            cwd=root, env=env, capture_output=True, text=True, timeout=300, **kw)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _tune(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    return _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--warmup", "1",
+                  "--repeat", "2", "--no-progress", "--date", "2026-11-30", *extra)
+
+
+def _records(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / RECORDS).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    root = _project(tmp_path_factory.mktemp("toy"))
+    out = _tune(root, "--point-timeout", "4")
+    return root, out
+
+
+def test_faulty_configs_are_recorded_and_the_campaign_completes(tuned):
+    root, out = tuned
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    status = {}
+    for r in trials:
+        status.setdefault(r["variant"], set()).add(r["status"])
+    assert status == {"good": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_result"}}
+    # every feasible point of every variant was measured: BLOCK 16, 32, 64 (128 > pow2(N) is cut)
+    for variant in status:
+        assert sorted(r["point"]["BLOCK"] for r in trials if r["variant"] == variant) == [16, 32, 64]
+    reasons = {r["variant"]: r["reason"] for r in trials}
+    assert "worker process died" in reasons["crash"]
+    assert "no result after 4 s" in reasons["hang"]
+    assert "rel_l2=5.000e-01" in reasons["wrong"]
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert len(winners) == 1 and winners[0]["variant"] == "good" and winners[0]["key"] == [0]
+    assert "good" in out.stdout
+
+
+def test_frozen_table_is_deterministic_and_stale_records_are_reported(tuned, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(tuned[0], root)
+    _opgen(root, "build")
+    table = root / "generated" / "toy_op" / "table_interpreter.py"
+    first = table.read_text()
+    assert "(0,): ('good', {'BLOCK':" in first and "1 tuned rows" in first
+    _opgen(root, "build")
+    assert table.read_text() == first
+    assert _opgen(root, "build", "--check").returncode == 0
+    template = root / "templates" / "toy_op" / "kernel.py.j2"
+    template.write_text(template.read_text().replace("* 2.0, mask=mask)", "* 2.0 + 0.0, mask=mask)"))
+    assert _opgen(root, "build", "--check", check=False).returncode == 1
+    _opgen(root, "build")
+    stale = table.read_text()
+    assert "0 tuned rows" in stale and "1 stale records not frozen" in stale
+    assert "# stale, not frozen: good at (0,)" in stale and "(0,): (" not in stale
+
+
+def test_dry_run_counts_what_the_budget_and_constraints_cut(tmp_path):
+    root = _project(tmp_path)
+    out = _opgen(root, "tune", "toy_op", "--chip", "ascend910b3", "--cases", "smoke", "--dry-run").stdout
+    row = next(line for line in out.splitlines() if line.startswith("0 ") and " good " in line)
+    # 4 BLOCK x 2 multibuffer; BLOCK=128 > pow2(50) cut by the constraint twice; all fit the UB
+    assert row.split()[2:7] == ["8", "0", "2", "0", "6"]
+    assert "BLOCK <= max(16, pow2(N)) x2" in row
+
+
+def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
+    root = _project(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TRITON_INTERPRET", None)
+    args = [sys.executable, "-m", "opgen.cli", "--root", str(root), "tune", "toy_op", "--chip",
+            "interpreter", "--cases", "smoke", "--variants", "good,hang", "--warmup", "1", "--repeat", "2",
+            "--no-progress", "--date", "2026-11-30"]
+    proc = subprocess.Popen([*args, "--point-timeout", "120"], cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = root / RECORDS
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the good study is done once its 3 trials are recorded
+        if path.exists() and len(path.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # now inside the hanging variant's first point
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _records(root)
+    assert [r["variant"] for r in before] == ["good"] * 3
+    _tune(root, "--variants", "good,hang", "--point-timeout", "3")
+    after = _records(root)
+    assert after[:3] == before  # nothing lost
+    good = [r for r in after if r["kind"] == "trial" and r["variant"] == "good"]
+    assert len(good) == 3  # nothing measured twice
+    hang = [r for r in after if r["kind"] == "trial" and r["variant"] == "hang"]
+    assert sorted(r["point"]["BLOCK"] for r in hang) == [16, 32, 64] and {r["status"] for r in hang} == {"timeout"}
+    assert [r["variant"] for r in after if r["kind"] == "winner"] == ["good"]
