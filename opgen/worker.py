@@ -25,6 +25,7 @@ STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_bud
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).
 _OVER_BUDGET = ("out of resource", "OutOfResources", "ub overflow")
 # Errors after which the device context cannot be trusted: the worker exits and is replaced.
+_CASES_KEPT = 4  # prepared cases (inputs and goldens) a worker keeps
 _FATAL = ("illegal memory access", "CUDA error", "unspecified launch failure", "device-side assert")
 
 
@@ -106,7 +107,9 @@ class _State:
     def case(self, task: Task, spec) -> dict[str, Any]:
         key = (task.op, task.case, task.seed, task.device)
         if key not in self.cases:
-            self.cases.clear()  # one case at a time keeps device memory bounded
+            # A bucket's cases alternate within every trial: keep a few, bounding device memory.
+            while len(self.cases) >= _CASES_KEPT:
+                del self.cases[next(iter(self.cases))]
             self.cases[key] = prepare_case(spec, dict(task.case), task.seed, task.device)
         return self.cases[key]
 
