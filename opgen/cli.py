@@ -45,14 +45,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
-    import os
 
     from . import freeze, tune
     from .bench import Protocol
     from .errors import UnsupportedInput
     from .hardware import profile
-    from .records import latest_winners, read, record_path
-    from .space import Point
+    from .records import record_path
     from .spec import load_spec
 
     root = Path(args.root).resolve() if args.root else _find_root(Path.cwd())
@@ -68,24 +66,6 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if stale:
         raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
                                "first, so the tuned kernels are the ones that will be frozen")
-    backend_name = chip.backend
-    device = args.device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[backend_name]
-    env = {"TRITON_INTERPRET": "1"} if backend_name == "interpreter" else {}
-    if backend_name == "interpreter":
-        os.environ["TRITON_INTERPRET"] = "1"
-    from .backends import get_backend
-
-    backend = get_backend(backend_name, device)
-    toolchain = backend.toolchain()
-    device_name = toolchain.pop("device", "")
-    if backend_name != "interpreter" and not any(s in device_name for s in chip.device_names):
-        raise UnsupportedInput(f"device {device!r} is {device_name!r}, not a {chip.name}: tables are per chip")
-    programs = chip.programs if backend_name == "interpreter" else (
-        backend.cores() if backend_name == "npu" else __import__("torch").cuda.get_device_properties(device).multi_processor_count)
-    hashes = tune.kernel_hashes(root, spec, chip.rendering)
-    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
-    earlier = {k: Point(w.variant, tuple(w.point.items())) for k, w in
-               latest_winners(read(path, op=spec.op, chip=chip.name).records).items()} if path.exists() else {}
     date = args.date or datetime.date.today().isoformat()
     settings = tune.Settings(trials=args.trials, study_seconds=args.study_seconds,
                              campaign_seconds=args.campaign_seconds, seed=args.seed,
@@ -94,11 +74,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = tune.open_storage(args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal"))
-    campaign = tune.Campaign(spec, chip, str(root), backend_name, device, programs, storage,
-                             tune.record_sink(path, spec, chip.name, toolchain, hashes, date),
-                             toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2),
-                             progress=not args.no_progress)
+    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
+    storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
+    campaign, earlier = tune.open_campaign(root, spec, chip, args.device, storage, settings, path, date,
+                                           progress=not args.no_progress)
     winners = campaign.run(plans, earlier)
     print(tune.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from .errors import BuildError, SpecError
 from .expr import Expr
 from .hardware import ChipProfile
-from .spec import DTYPES, OpSpec
+from .spec import OpSpec
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,6 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
     names = spec.tunables_for(profile.backend)
     fixed = fixed_values(spec, variant, params)
     domain_backend = profile.rendering
-    domains = [(fixed[n],) if n in fixed else spec.tunables[n].domain[domain_backend] for n in names]
     seen: set[tuple[Any, ...]] = set()
     kept: list[Point] = []
     total = dup = constrained = over = 0
@@ -197,7 +196,6 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
             reasons[key] = reasons.get(key, 0) + 1
             continue
         kept.append(Point(variant.name, tuple(zip(names, values))))
-    del domains
     count = SpaceCount(variant.name, total, dup, constrained, over, len(kept),
                        tuple(sorted(reasons.items())))
     return tuple(kept), count
@@ -245,8 +243,3 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
             return Point(variant.name, tuple(ordered.items()))
     raise BuildError(f"{spec.op}: no default of {variant.name} fits {profile.name}'s budget "
                      f"for {dict(params)}")
-
-
-def dtype_size(name: str) -> int:
-    """Bytes of a dtype name."""
-    return DTYPES[name]

@@ -270,7 +270,7 @@ class Campaign:
 
         candidates: list[Point] = []
         for measured in by_variant.values():
-            ok = sorted((m for m in measured if m.ok and m.point is not None), key=lambda m: m.value)
+            ok = sorted((m for m in measured if m.ok), key=lambda m: m.value)
             candidates.extend(m.point for m in ok[: self.settings.top_k])
         if not candidates:
             return None
@@ -367,7 +367,8 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
         if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
             values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
             seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
-            measured.append(_measured_from_attrs(feasible.get(values), trial.user_attrs))
+            if values in feasible:  # a point the spec no longer allows stays out of the results
+                measured.append(_measured_from_attrs(feasible[values], trial.user_attrs))
     queue = list(enqueue)
     if len(points_) <= settings.exhaustive_below:
         import random
@@ -381,7 +382,7 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
     grid = math.prod(len(v) for v in searched.values())
     asked: set[tuple] = set()
-    count = sum(1 for m in measured if m.point is not None)
+    count = len(measured)
     asks = 0
     while (count < settings.trials and time.monotonic() < deadline and len(asked) < grid
            and len(seen) < len(feasible) and asks < 20 * settings.trials + grid):
@@ -418,13 +419,11 @@ def _attrs_of(m: Measured) -> dict[str, Any]:
             "error": json.dumps([r.error for r in m.results])}
 
 
-def _measured_from_attrs(point: Point | None, attrs: dict[str, Any]) -> Measured:
-    m = Measured(point) if point is not None else Measured(Point("", ()))
+def _measured_from_attrs(point: Point, attrs: dict[str, Any]) -> Measured:
+    m = Measured(point)
     errors = json.loads(attrs.get("error", "[]"))
     for status, reason, median, error in zip(attrs["status"], attrs["reason"], attrs["median_ms"], errors):
         m.results.append(Result(status, reason, median, (), error))
-    if point is None:
-        m.point = None  # type: ignore[assignment]
     return m
 
 
@@ -471,3 +470,37 @@ def summary(winners: list[dict[str, Any]], key_names: tuple[str, ...]) -> str:
         point = ",".join(f"{k}={v}" for k, v in w["point"].items())
         lines.append(f"{key:<56} {w['variant']:<28} {w['median_ms']:>10.4f}  {point}")
     return "\n".join(lines)
+
+
+def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | None, storage: str,
+                  settings: Settings, records_path: Path, date: str,
+                  progress: bool = True) -> tuple[Campaign, dict[tuple, Point]]:
+    """A campaign on the chip's backend, refusing a device that is not that chip, plus the
+    earlier winners in the records (enqueued first by :meth:`Campaign.run`)."""
+    from .backends import get_backend
+    from .errors import UnsupportedInput
+    from .records import latest_winners, read
+
+    name = chip.backend
+    device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
+    env = {"TRITON_INTERPRET": "1"} if name == "interpreter" else {}  # for the worker processes
+    backend = get_backend(name, device)
+    toolchain = backend.toolchain()
+    device_name = toolchain.pop("device", "")
+    if name != "interpreter" and not any(s in device_name for s in chip.device_names):
+        raise UnsupportedInput(f"device {device!r} is {device_name!r}, not a {chip.name}: tables are per chip")
+    if name == "cuda":
+        import torch
+
+        programs = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        programs = backend.cores() if name == "npu" else chip.cores
+    hashes = kernel_hashes(root, spec, chip.rendering)
+    earlier = {}
+    if records_path.exists():
+        found = read(records_path, op=spec.op, chip=chip.name).records
+        earlier = {k: Point(w.variant, tuple(w.point.items())) for k, w in latest_winners(found).items()}
+    sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
+    campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
+                        toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
+    return campaign, earlier
