@@ -1,6 +1,7 @@
 """Accuracy of kernel outputs against float64 goldens: metrics, dual benchmark, domain check.
 
-Every function accepts tensors of any device and floating dtype and computes in float64 on the CPU.
+Every function accepts tensors of any device and floating dtype and computes in float64 on the
+golden's device (the CPU for a CPU golden; the tuner keeps large goldens on the GPU).
 Imports nothing from opgen but ``errors``. Thresholds live in one table, ``CRITERIA`` (a frozen
 ``Criteria`` per output dtype), derived from the dtype's unit roundoff u (2^-11 fp16, 2^-8 bf16,
 2^-24 fp32) and one elementwise error model of an acceptable kernel:
@@ -127,15 +128,16 @@ def criteria_for(dtype: torch.dtype) -> Criteria:
 # -- metrics ---------------------------------------------------------------------------------------
 
 
-def _f64(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(device="cpu", dtype=torch.float64)
+def _f64(t: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    return t.detach().to(device=device, dtype=torch.float64)
 
 
 def _pair(out: torch.Tensor, golden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both in float64 on the golden's device (a GPU golden keeps the tuner's checks on the GPU)."""
     if tuple(out.shape) != tuple(golden.shape):
         raise AccuracyError(f"output shape {tuple(out.shape)} differs from golden shape "
                             f"{tuple(golden.shape)}")
-    return _f64(out), _f64(golden)
+    return _f64(out, golden.device), _f64(golden, golden.device)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -233,12 +235,12 @@ def dual_benchmark(out: torch.Tensor, ref32: torch.Tensor, golden: torch.Tensor,
     dtype = out.dtype if dtype is None else dtype
     cr = criteria_for(dtype) if criteria is None else criteria
     u = cr.unit_roundoff
-    rounded = _f64(golden).to(dtype)
+    rounded = _f64(golden, golden.device).to(dtype)
     k_rms, r_rms, o_rms = (rel_l2(x, golden) for x in (out, ref32, rounded))
     k_max, r_max, o_max = (max_abs_rel(x, golden) for x in (out, ref32, rounded))
     allowed_rms = max(cr.dual_ratio * r_rms, cr.dual_floor * max(o_rms, u / 4))
     allowed_max = max(cr.dual_ratio * r_max, cr.dual_floor * max(o_max, u))
-    bad = int((~torch.isfinite(_f64(out))).sum().item())
+    bad = int((~torch.isfinite(out.detach())).sum().item())
     fails = [f"{bad} non-finite outputs"] if bad else []
     for name, k, allowed, r, o in (("rel_l2", k_rms, allowed_rms, r_rms, o_rms),
                                    ("max_abs_rel", k_max, allowed_max, r_max, o_max)):
@@ -341,7 +343,7 @@ def domain_check(out: torch.Tensor, golden: torch.Tensor, magnitude: torch.Tenso
     if tuple(magnitude.shape) != tuple(g.shape):
         raise AccuracyError(f"magnitude shape {tuple(magnitude.shape)} differs from golden shape "
                             f"{tuple(g.shape)}")
-    m = _f64(magnitude)
+    m = _f64(magnitude, golden.device)
     if bool((m < 0).any()):
         raise AccuracyError("magnitude has negative elements; expected sum of |term| per element")
     diff = (o - g).abs()
