@@ -1,0 +1,505 @@
+"""Reference math of mamba3_mimo_bwd_fwd, the first stage of the Mamba-3 MIMO backward.
+
+The stage recomputes the forward chunk by chunk, without gradients through the state recurrence,
+and returns what the second stage needs (``states``, ``qk_dot``) and the gradients of the output
+projection and the Z gate (``dmimo_o``, ``dmimo_z``, ``dz``). Shapes, with nc = ceil(S / C)::
+
+    q, k [B,S,R,G,N]     v, dout, z [B,S,H,P]     q_bias, k_bias [H,R,N]
+    mimo_v (Psi), mimo_o (Phi), mimo_z (Zeta) [H,R,P]      angles [B,S,H,N // rotary_dim_divisor]
+    da_cs, da_cs_rev, dt, trap [B,H,S]     segsum [B,H,nc,C,C]     d [H]
+    -> states [B,H,nc,N,P], qk_dot [B,H,S,R,R], dmimo_o [B,H,R,P], dmimo_z [B,H,R,P], dz [B,S,H,P]
+
+Math, per batch b and head h (query/key group g = h // (H // G)), token t, rank r::
+
+    q~[t,r] = q[b,t,r,g] + q_bias[h,r]          k~[t,r] = k[b,t,r,g] + k_bias[h,r]
+    qk_dot[t,r,s] = <q~[t,r], k~[t,s]>          (after the bias add, before the rotation)
+    rot(x)[n]      = cos(a_n) x[n] - sin(a_n) x[n + N/2]    for n < N // rotary_dim_divisor,
+    rot(x)[n+N/2]  = sin(a_n) x[n] + cos(a_n) x[n + N/2]    a_n = angles[b,t,h,n]; other dims pass
+    Q[t,r] = rot(q~[t,r])        K[t,r] = rot(k~[t,r])       PsiV[t,r,:] = v[b,t,h,:] * Psi[h,r,:]
+    gamma[t] = dt[t] sigmoid(trap[t])
+    trap_scale[t] = gamma[t] + dt[t+1] sigmoid(-trap[t+1])   (second term 0 at t = S - 1)
+
+    For chunk c = [cs, ce) (the last one may be shorter), with S_0 = 0:
+    states[c] = S_c                                              (the state ENTERING chunk c)
+    raw_y[t,r] = exp(da_cs[t]) Q[t,r] @ S_c
+               + sum_{cs<=u<t} sum_s exp(segsum[c,t-cs,u-cs]) trap_scale[u] <Q[t,r],K[u,s]>
+                                     * PsiV[u,s]
+               + gamma[t] sum_s <Q[t,r], K[t,s]> PsiV[t,s]
+               + d[h] PsiV[t,r]                                   (D skip, when d is given)
+    S_{c+1} = exp(da_cs[ce-1]) S_c
+            + sum_{cs<=u<ce} sum_s exp(da_cs_rev[u]) trap_scale[u] K[u,s]^T PsiV[u,s]
+
+    u[t,r,p] = z[b,t,h,p] Zeta[h,r,p]     gate = SiLU(u)  (1 without the Z branch)
+    out[t,p] = sum_r Phi[h,r,p] gate[t,r,p] raw_y[t,r,p]
+
+``dmimo_o`` / ``dmimo_z`` / ``dz`` are the gradients of sum(dout * out) with respect to Phi, Zeta and
+z, taken by torch.autograd with raw_y held constant (this stage's contract: raw_y is a no-grad
+recomputation), per batch for Phi and Zeta (the caller sums over B). The chunk-local inputs are
+da_cs (inclusive cumsum of dA within each chunk), da_cs_rev (sum of dA over the rest of the chunk
+after t) and segsum[c,i,j] = da_cs[i] - da_cs[j] (i > j); see ``dacs_segsum``. This module reads them
+as given and never rebuilds them, so a kernel is checked on the same inputs it reads.
+
+Where the sources differ or are silent, the reading of upstream's ``mamba3_MIMO_chunk_ref`` plus
+autograd is taken:
+
+- The same-step ("diagonal") term uses the rotated <Q[t,r], K[t,s]>; the upstream kernel uses the
+  pre-rotation qk_dot there (equal, the rotation being orthogonal and shared within a step) and
+  the chunk reference folds it into an inclusive mask minus a shifted-gamma correction. The golden
+  keeps the plain form.
+- The state decay of a short last chunk uses da_cs at its last valid token; no output depends on
+  it (the state leaving the last chunk is not returned).
+- Gating needs both ``mimo_z`` and ``z`` (the seed: one alone is not a valid configuration); one
+  without the other is rejected rather than silently ignored.
+- Tail padding (``pad_to_chunks``) also zero-pads dt and trap: the seed lists q/k/v/dout/angles/z
+  and "ordinary sequence inputs"; a zero dt keeps the shifted term of the last real token at 0.
+  Upstream's chunk reference zero-pads da_cs instead of repeating its last value; no valid output
+  depends on either choice.
+
+Three evaluations share one code path: ``golden`` (float64, the truth), ``reference_fp32`` (the
+fp32 side of the dual benchmark) and ``magnitude`` (float64 sum of |term| per output element).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from opgen.errors import OpgenError
+
+__all__ = ["golden", "reference_fp32", "magnitude", "recompute", "make_inputs", "pad_to_chunks",
+           "dacs_segsum"]
+
+_WHO = "mamba3_mimo_bwd_fwd reference"
+_OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
+
+
+def _positive_int(name: str, x: object) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise OpgenError(f"{_WHO}: {name} must be a positive int, got {x!r}")
+    return x
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.Tensor,
+           k_bias: torch.Tensor, mimo_v: torch.Tensor, angles: torch.Tensor, da_cs: torch.Tensor,
+           da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor, segsum: torch.Tensor,
+           d: torch.Tensor | None, chunk_size: int, rotary_dim_divisor: int,
+           extra: dict[str, tuple[torch.Tensor | None, str]]) -> tuple[int, ...]:
+    """Raise OpgenError unless the shapes agree with the op's signature; return (B,S,R,G,N,H,P)."""
+    C = _positive_int("chunk_size", chunk_size)
+    div = _positive_int("rotary_dim_divisor", rotary_dim_divisor)
+    if q.dim() != 5:
+        raise OpgenError(f"{_WHO}: q must be [B,S,R,G,N], got shape {tuple(q.shape)}")
+    if v.dim() != 4:
+        raise OpgenError(f"{_WHO}: v must be [B,S,H,P], got shape {tuple(v.shape)}")
+    B, S, R, G, N = q.shape
+    H, P = v.shape[2], v.shape[3]
+    if min(B, S, R, G, N, H, P) < 1:
+        raise OpgenError(f"{_WHO}: empty dimension in q {tuple(q.shape)} or v {tuple(v.shape)}")
+    if H % G:
+        raise OpgenError(f"{_WHO}: H={H} must be a multiple of G={G}")
+    if N % 2:
+        raise OpgenError(f"{_WHO}: N={N} must be even (rotary pairs n with n + N/2)")
+    if div < 2:
+        raise OpgenError(f"{_WHO}: rotary_dim_divisor must be >= 2 (rotated dims <= N/2), "
+                         f"got {div}")
+    nc = math.ceil(S / C)
+    want: dict[str, tuple[int, ...]] = {
+        "k": (B, S, R, G, N), "v": (B, S, H, P), "q_bias": (H, R, N), "k_bias": (H, R, N),
+        "mimo_v": (H, R, P), "angles": (B, S, H, N // div), "da_cs": (B, H, S),
+        "da_cs_rev": (B, H, S), "dt": (B, H, S), "trap": (B, H, S), "segsum": (B, H, nc, C, C),
+        "d": (H,),
+    }
+    given = {"k": k, "v": v, "q_bias": q_bias, "k_bias": k_bias, "mimo_v": mimo_v,
+             "angles": angles, "da_cs": da_cs, "da_cs_rev": da_cs_rev, "dt": dt, "trap": trap,
+             "segsum": segsum, "d": d}
+    dims = {"B": B, "S": S, "H": H, "P": P, "R": R}
+    for name, (t, spec) in extra.items():
+        given[name] = t
+        want[name] = tuple(dims[x] for x in spec)
+    for name, t in given.items():
+        if t is not None and tuple(t.shape) != want[name]:
+            raise OpgenError(f"{_WHO}: {name} must have shape {want[name]} (q is {tuple(q.shape)}, "
+                             f"v is {tuple(v.shape)}, chunk_size {C}), got {tuple(t.shape)}")
+    return B, S, R, G, N, H, P
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, absolute: bool) -> torch.Tensor:
+    """Rotate pairs (n, n + N/2) of x [B,H,S,R,N] for n < cos.shape[-1]; cos, sin [B,H,S,1,nrot]."""
+    nrot, half = cos.shape[-1], x.shape[-1] // 2
+    a, b = x[..., :nrot], x[..., half:half + nrot]
+    out = x.clone()
+    if absolute:  # sum of |term|: |cos a| + |sin b| and |sin a| + |cos b|
+        out[..., :nrot] = cos.abs() * a + sin.abs() * b
+        out[..., half:half + nrot] = sin.abs() * a + cos.abs() * b
+    else:
+        out[..., :nrot] = cos * a - sin * b
+        out[..., half:half + nrot] = sin * a + cos * b
+    return out
+
+
+def _recompute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.Tensor,
+               k_bias: torch.Tensor, mimo_v: torch.Tensor, angles: torch.Tensor,
+               da_cs: torch.Tensor, da_cs_rev: torch.Tensor, dt: torch.Tensor,
+               trap: torch.Tensor, segsum: torch.Tensor, d: torch.Tensor | None, chunk_size: int,
+               dtype: torch.dtype, device: str | torch.device,
+               absolute: bool) -> dict[str, torch.Tensor]:
+    """The chunk loop: states [B,H,nc,N,P], qk_dot [B,H,S,R,R], raw_y [B,H,S,R,P] in ``dtype``.
+
+    With ``absolute`` every signed factor is replaced by its absolute value (exp and sigmoid
+    factors are positive already), giving the sum of |term| of each element instead.
+    """
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach().to(device=device, dtype=dtype)
+        return t.abs() if absolute else t
+
+    B, S, R, G, N = q.shape
+    H, P = v.shape[2], v.shape[3]
+    C = chunk_size
+    nc = math.ceil(S / C)
+    group = torch.arange(H, device=device) // (H // G)  # query/key group of each head
+
+    # [B,S,R,G,N] -> per head [B,H,S,R,N], plus the per-head bias [H,R,N]
+    qt = cast(q)[:, :, :, group].permute(0, 3, 1, 2, 4) + cast(q_bias)[None, :, None]
+    kt = cast(k)[:, :, :, group].permute(0, 3, 1, 2, 4) + cast(k_bias)[None, :, None]
+    qk_dot = torch.einsum("bhtrn,bhtsn->bhtrs", qt, kt)
+
+    theta = angles.detach().to(device=device, dtype=dtype).permute(0, 2, 1, 3)[:, :, :, None, :]
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    Q = _rotate(qt, cos, sin, absolute)
+    K = _rotate(kt, cos, sin, absolute)
+
+    dt_, trap_ = cast(dt), trap.detach().to(device=device, dtype=dtype)
+    gamma = dt_ * torch.sigmoid(trap_)
+    shifted = torch.zeros_like(gamma)
+    shifted[..., :-1] = dt_[..., 1:] * torch.sigmoid(-trap_[..., 1:])  # 0 at the last token
+    trap_scale = gamma + shifted
+
+    # PsiV [B,H,S,R,P]
+    psiv = cast(v).permute(0, 2, 1, 3)[:, :, :, None, :] * cast(mimo_v)[None, :, None]
+    cs_all = da_cs.detach().to(device=device, dtype=dtype)
+    rev_all = da_cs_rev.detach().to(device=device, dtype=dtype)
+    seg_all = segsum.detach().to(device=device, dtype=dtype)
+
+    states = torch.zeros((B, H, nc, N, P), dtype=dtype, device=device)
+    raw_y = torch.zeros((B, H, S, R, P), dtype=dtype, device=device)
+    state = torch.zeros((B, H, N, P), dtype=dtype, device=device)
+    for c in range(nc):
+        cs, ce = c * C, min(c * C + C, S)
+        L = ce - cs
+        states[:, :, c] = state
+        Qc, Kc, Vc = Q[:, :, cs:ce], K[:, :, cs:ce], psiv[:, :, cs:ce]
+        ts, gm, dcs = trap_scale[:, :, cs:ce], gamma[:, :, cs:ce], cs_all[:, :, cs:ce]
+
+        inter = torch.exp(dcs)[..., None, None] * torch.einsum("bhtrn,bhnp->bhtrp", Qc, state)
+
+        causal = torch.ones((L, L), dtype=torch.bool, device=device).tril(-1)  # u < t
+        decay = torch.where(causal, torch.exp(seg_all[:, :, c, :L, :L]), 0.0)  # [B,H,t,u]
+        scores = torch.einsum("bhtrn,bhusn->bhtrus", Qc, Kc)
+        scores = scores * (decay[:, :, :, None, :, None] * ts[:, :, None, None, :, None])
+        intra = torch.einsum("bhtrus,bhusp->bhtrp", scores, Vc)
+
+        same = torch.einsum("bhtrn,bhtsn->bhtrs", Qc, Kc)  # rotated, same token
+        diag = gm[..., None, None] * torch.einsum("bhtrs,bhtsp->bhtrp", same, Vc)
+
+        y = inter + intra + diag
+        if d is not None:
+            y = y + cast(d)[None, :, None, None, None] * Vc
+        raw_y[:, :, cs:ce] = y
+
+        wk = torch.exp(rev_all[:, :, cs:ce]) * ts  # key weight of each token in the state update
+        update = torch.einsum("bhusn,bhusp->bhnp", Kc * wk[..., None, None], Vc)
+        state = torch.exp(dcs[:, :, -1])[..., None, None] * state + update
+    return {"states": states, "qk_dot": qk_dot, "raw_y": raw_y}
+
+
+def _evaluate(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              q_bias: torch.Tensor, k_bias: torch.Tensor, mimo_v: torch.Tensor,
+              mimo_o: torch.Tensor, angles: torch.Tensor, da_cs: torch.Tensor,
+              da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor,
+              segsum: torch.Tensor, mimo_z: torch.Tensor | None, d: torch.Tensor | None,
+              z: torch.Tensor | None, chunk_size: int, rotary_dim_divisor: int,
+              dtype: torch.dtype, device: str | torch.device,
+              absolute: bool) -> dict[str, torch.Tensor | None]:
+    """Recompute raw_y, then the projection and gate gradients (autograd, or |term| sums)."""
+    if (mimo_z is None) != (z is None):
+        raise OpgenError(f"{_WHO}: the Z gate needs both mimo_z and z, got only "
+                         f"{'mimo_z' if z is None else 'z'}")
+    extra = {"dout": (dout, "BSHP"), "mimo_o": (mimo_o, "HRP"), "mimo_z": (mimo_z, "HRP"),
+             "z": (z, "BSHP")}
+    B, S, R, G, N, H, P = _check(q, k, v, q_bias, k_bias, mimo_v, angles, da_cs, da_cs_rev, dt,
+                                 trap, segsum, d, chunk_size, rotary_dim_divisor, extra)
+    rec = _recompute(q, k, v, q_bias, k_bias, mimo_v, angles, da_cs, da_cs_rev, dt, trap, segsum,
+                     d, chunk_size, dtype, device, absolute)
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(device=device, dtype=dtype)
+
+    y = rec["raw_y"].permute(0, 2, 3, 1, 4)  # [B,S,R,H,P], a constant of this stage
+    go = cast(dout)[:, :, None]  # [B,S,1,H,P]
+    gated = z is not None
+    if absolute:
+        phi = cast(mimo_o).permute(1, 0, 2).abs()  # [R,H,P]
+        if not gated:
+            return {"states": rec["states"], "qk_dot": rec["qk_dot"],
+                    "dmimo_o": (y * go.abs()).sum(1).permute(0, 2, 1, 3),
+                    "dmimo_z": None, "dz": None}
+        zeta, zz = cast(mimo_z).permute(1, 0, 2), cast(z)
+        u = zz[:, :, None] * zeta
+        sig = torch.sigmoid(u)
+        dsilu = sig * (1 + u * (1 - sig))  # d SiLU / du, one factor
+        du = go.abs() * phi * y * dsilu.abs()
+        return {"states": rec["states"], "qk_dot": rec["qk_dot"],
+                "dmimo_o": (y * (u * sig).abs() * go.abs()).sum(1).permute(0, 2, 1, 3),
+                "dmimo_z": (du * zz.abs()[:, :, None]).sum(1).permute(0, 2, 1, 3),
+                "dz": (du * zeta.abs()).sum(2)}
+
+    with torch.enable_grad():
+        # one leaf copy of Phi / Zeta per batch, so autograd yields the per-batch partials
+        phi = cast(mimo_o).permute(1, 0, 2)[None].repeat(B, 1, 1, 1).requires_grad_(True)
+        leaves = [phi]
+        if gated:
+            zeta = cast(mimo_z).permute(1, 0, 2)[None].repeat(B, 1, 1, 1).requires_grad_(True)
+            zz = cast(z).requires_grad_(True)
+            leaves += [zeta, zz]
+            gate = F.silu(zz[:, :, None] * zeta[:, None])  # [B,S,R,H,P]
+            out = (phi[:, None] * gate * y).sum(2)
+        else:
+            out = (phi[:, None] * y).sum(2)  # [B,S,H,P]
+        grads = torch.autograd.grad(out, leaves, grad_outputs=go[:, :, 0])
+    return {"states": rec["states"], "qk_dot": rec["qk_dot"],
+            "dmimo_o": grads[0].permute(0, 2, 1, 3),
+            "dmimo_z": grads[1].permute(0, 2, 1, 3) if gated else None,
+            "dz": grads[2] if gated else None}
+
+
+def golden(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           q_bias: torch.Tensor, k_bias: torch.Tensor, mimo_v: torch.Tensor,
+           mimo_o: torch.Tensor, angles: torch.Tensor, da_cs: torch.Tensor,
+           da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor, segsum: torch.Tensor,
+           mimo_z: torch.Tensor | None = None, d: torch.Tensor | None = None,
+           z: torch.Tensor | None = None, chunk_size: int = 16, rotary_dim_divisor: int = 4,
+           device: str | torch.device = "cpu") -> dict[str, torch.Tensor | None]:
+    """Float64 golden outputs of the stage; segsum entries it never reads may hold NaN.
+
+    Args:
+        dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
+            segsum, mimo_z, d, z: the op's inputs (see the module docstring), any device and
+            dtype; cast to float64 on ``device``.
+        chunk_size: C, tokens per chunk; S need not be a multiple of it.
+        rotary_dim_divisor: N // rotary_dim_divisor dims (paired with n + N/2) are rotated.
+        device: where to compute.
+
+    Returns:
+        {"states", "qk_dot", "dmimo_o", "dmimo_z", "dz"}, float64 on ``device``; dmimo_z and dz
+        are None unless both mimo_z and z are given.
+    """
+    return _evaluate(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
+                     trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, torch.float64,
+                     device, absolute=False)
+
+
+def reference_fp32(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   q_bias: torch.Tensor, k_bias: torch.Tensor, mimo_v: torch.Tensor,
+                   mimo_o: torch.Tensor, angles: torch.Tensor, da_cs: torch.Tensor,
+                   da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor,
+                   segsum: torch.Tensor, mimo_z: torch.Tensor | None = None,
+                   d: torch.Tensor | None = None, z: torch.Tensor | None = None,
+                   chunk_size: int = 16, rotary_dim_divisor: int = 4,
+                   device: str | torch.device = "cpu") -> dict[str, torch.Tensor | None]:
+    """The golden's math evaluated in float32: the fp32 side of the dual benchmark.
+
+    Returns:
+        The golden's dict, float32 tensors on ``device`` (not rounded to the input dtype).
+    """
+    return _evaluate(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
+                     trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, torch.float32,
+                     device, absolute=False)
+
+
+def magnitude(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              q_bias: torch.Tensor, k_bias: torch.Tensor, mimo_v: torch.Tensor,
+              mimo_o: torch.Tensor, angles: torch.Tensor, da_cs: torch.Tensor,
+              da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor,
+              segsum: torch.Tensor, mimo_z: torch.Tensor | None = None,
+              d: torch.Tensor | None = None, z: torch.Tensor | None = None,
+              chunk_size: int = 16, rotary_dim_divisor: int = 4,
+              device: str | torch.device = "cpu") -> dict[str, torch.Tensor | None]:
+    """Float64 sum of |term| per output element, the golden's keys and shapes.
+
+    The recurrence is evaluated with |q|, |k|, |bias|, |cos|, |sin|, |v|, |Psi|, |dt|, |d|; the
+    gradients with raw_y replaced by its magnitude: dmimo_o = sum_t |y| |SiLU(u)| |dout|,
+    dU = |dout| |Phi| |y| |SiLU'(u)|, dz = sum_r dU |Zeta|, dmimo_z = sum_t dU |z|. An output much
+    smaller than its magnitude is the result of cancellation (``opgen.accuracy.domain_check``).
+    """
+    return _evaluate(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
+                     trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, torch.float64,
+                     device, absolute=True)
+
+
+def recompute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.Tensor,
+              k_bias: torch.Tensor, mimo_v: torch.Tensor, angles: torch.Tensor,
+              da_cs: torch.Tensor, da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor,
+              segsum: torch.Tensor, d: torch.Tensor | None = None, chunk_size: int = 16,
+              rotary_dim_divisor: int = 4, device: str | torch.device = "cpu",
+              **unused: object) -> dict[str, torch.Tensor]:
+    """The float64 recomputation alone: {"states", "qk_dot", "raw_y" [B,H,S,R,P]}.
+
+    Extra keyword arguments (dout, mimo_o, mimo_z, z) are accepted and ignored, so the dict of
+    ``make_inputs`` can be passed as is.
+    """
+    _check(q, k, v, q_bias, k_bias, mimo_v, angles, da_cs, da_cs_rev, dt, trap, segsum, d,
+           chunk_size, rotary_dim_divisor, {})
+    return _recompute(q, k, v, q_bias, k_bias, mimo_v, angles, da_cs, da_cs_rev, dt, trap, segsum,
+                      d, chunk_size, torch.float64, device, absolute=False)
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+
+
+def _from_cumsum(cs: torch.Tensor, lengths: list[int], chunk_size: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """da_cs_rev [..., S] and segsum [..., nc, C, C] from the chunk-local cumsum cs [..., S].
+
+    ``lengths`` are the chunks' valid lengths; positions past a short chunk's end behave as dA = 0
+    (their cumsum repeats the last valid value). Differences are taken in float64.
+    """
+    C = chunk_size
+    c64 = cs.double()
+    rev = torch.empty_like(c64)
+    seg = torch.zeros((*cs.shape[:-1], len(lengths), C, C), dtype=torch.float64, device=cs.device)
+    low = torch.ones((C, C), dtype=torch.bool, device=cs.device).tril(-1)
+    for c, L in enumerate(lengths):
+        part = c64[..., c * C:c * C + L]
+        rev[..., c * C:c * C + L] = part[..., -1:] - part
+        full = torch.cat([part, part[..., -1:].expand(*part.shape[:-1], C - L)], dim=-1)
+        seg[..., c, :, :] = torch.where(low, full[..., :, None] - full[..., None, :], 0.0)
+    return rev.to(cs.dtype), seg.to(cs.dtype)
+
+
+def dacs_segsum(dA: torch.Tensor, chunk_size: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """da_cs, da_cs_rev [B,H,S] and segsum [B,H,nc,C,C] from the per-step log decay dA [B,H,S].
+
+    Per chunk [cs, ce) (the last one may be shorter, L = ce - cs), with dA taken as 0 past S::
+
+        da_cs[t]      = sum_{cs <= u <= t} dA[u]             (inclusive, restarts every chunk)
+        da_cs_rev[t]  = sum_{t < u < ce} dA[u] = da_cs[ce-1] - da_cs[t]     (exclusive, reverse)
+        segsum[c,i,j] = sum_{j < u <= i} dA[cs+u] = da_cs[cs+i] - da_cs[cs+j] for i > j, else 0
+
+    In a short last chunk the rows i >= L of segsum (never read for a valid token) hold
+    da_cs[S-1] - da_cs[cs+j] for j < L and 0 for j >= L, i.e. the values of a zero-extended dA,
+    which is what ``pad_to_chunks`` rebuilds. These are the quantities of upstream's
+    compute_dacs_segsum (its Triton version clips them to <= 0, a no-op for dA <= 0). da_cs is the
+    float64 cumsum rounded to dA's dtype; da_cs_rev and segsum are float64 differences of that
+    rounded da_cs, rounded in turn, so the three agree exactly with a rebuild from da_cs alone.
+    """
+    C = _positive_int("chunk_size", chunk_size)
+    S = dA.shape[-1]
+    lengths = [min(C, S - cs) for cs in range(0, S, C)]
+    d64 = dA.detach().double()
+    cs = torch.cat([d64[..., i * C:i * C + L].cumsum(-1) for i, L in enumerate(lengths)], dim=-1)
+    da_cs = cs.to(dA.dtype)
+    da_cs_rev, segsum = _from_cumsum(da_cs, lengths, C)
+    return da_cs, da_cs_rev, segsum
+
+
+def make_inputs(B: int, S: int, H: int, G: int, N: int, P: int, R: int, chunk_size: int = 16,
+                rotary_dim_divisor: int = 4, dtype: torch.dtype = torch.bfloat16,
+                has_z: bool = True, has_d: bool = True, seed: int = 0,
+                device: str | torch.device = "cpu") -> dict[str, object]:
+    """Realistic random inputs after upstream's test ``build_inputs``, identical on every device.
+
+    Drawn in this order from one seeded CPU torch.Generator, then moved to ``device``: q, k
+    [B,S,R,G,N] and v [B,S,H,P] ~ N(0,1) in ``dtype``; q_bias, k_bias ~ N(0,1) fp32; mimo_v,
+    mimo_o ~ N(0,1)/R fp32; z ~ N(0,1) in ``dtype``; mimo_z ~ N(0,1) fp32; d ~ N(0,1) fp32;
+    angles ~ U(0,1) fp32; dt = softplus(-3 + N(0,1)) fp32 [B,H,S]; dA = -dt * U(0,1); trap ~ U(0,1)
+    in ``dtype``; dout ~ N(0,1) in ``dtype``. z, mimo_z and d are always drawn (so has_z / has_d do
+    not change the other tensors) and set to None when not wanted. da_cs, da_cs_rev and segsum
+    (fp32) come from dA by ``dacs_segsum``; S need not be a multiple of chunk_size.
+
+    Returns:
+        Every argument of ``golden`` by name (device excluded): ready for ``golden(**inputs)``.
+    """
+    for name, x in (("B", B), ("S", S), ("H", H), ("G", G), ("N", N), ("P", P), ("R", R),
+                    ("chunk_size", chunk_size), ("rotary_dim_divisor", rotary_dim_divisor)):
+        _positive_int(name, x)
+    if H % G or N % 2 or rotary_dim_divisor < 2:
+        raise OpgenError(f"make_inputs: need H % G == 0, N even, rotary_dim_divisor >= 2; got "
+                         f"H={H} G={G} N={N} rotary_dim_divisor={rotary_dim_divisor}")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, dtype=torch.float32)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=gen, dtype=torch.float32)
+
+    out: dict[str, object] = {}
+    out["q"] = randn(B, S, R, G, N).to(dtype)
+    out["k"] = randn(B, S, R, G, N).to(dtype)
+    out["v"] = randn(B, S, H, P).to(dtype)
+    out["q_bias"] = randn(H, R, N)
+    out["k_bias"] = randn(H, R, N)
+    out["mimo_v"] = randn(H, R, P) / R
+    out["mimo_o"] = randn(H, R, P) / R
+    z, mimo_z, d = randn(B, S, H, P).to(dtype), randn(H, R, P), randn(H)
+    out["angles"] = rand(B, S, H, N // rotary_dim_divisor)
+    dt = F.softplus(-3.0 + randn(B, H, S))
+    dA = -dt * rand(B, H, S)
+    out["trap"] = rand(B, H, S).to(dtype)
+    out["dout"] = randn(B, S, H, P).to(dtype)
+    out["dt"] = dt
+    out["da_cs"], out["da_cs_rev"], out["segsum"] = dacs_segsum(dA, chunk_size)
+    out["mimo_z"] = mimo_z if has_z else None
+    out["z"] = z if has_z else None
+    out["d"] = d if has_d else None
+    out = {name: (t.to(device) if isinstance(t, torch.Tensor) else t) for name, t in out.items()}
+    out["chunk_size"] = chunk_size
+    out["rotary_dim_divisor"] = rotary_dim_divisor
+    return out
+
+
+def pad_to_chunks(inputs: dict[str, object], chunk_size: int) -> dict[str, object]:
+    """The host-side tail contract: right-pad the sequence to whole chunks.
+
+    q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) are zero-padded; da_cs is extended
+    with the last value of its short chunk (dA = 0 there); da_cs_rev and segsum of that last chunk
+    are rebuilt from the extended da_cs (``dacs_segsum``'s formulas), earlier chunks are kept.
+    ``golden(**pad_to_chunks(x, C))`` cropped to S equals ``golden(**x)``. Other entries pass
+    unchanged; without a tail a shallow copy is returned.
+
+    Args:
+        inputs: keyword arguments of ``golden`` (e.g. from ``make_inputs``).
+        chunk_size: C; must match inputs["chunk_size"] when that is present.
+    """
+    C = _positive_int("chunk_size", chunk_size)
+    if inputs.get("chunk_size", C) != C:
+        raise OpgenError(f"pad_to_chunks: chunk_size {C} differs from inputs['chunk_size'] "
+                         f"{inputs['chunk_size']}")
+    out = dict(inputs)
+    S = inputs["q"].shape[1]
+    pad = -S % C
+    if pad == 0:
+        return out
+
+    def zero_pad(t: torch.Tensor, dim: int) -> torch.Tensor:
+        shape = list(t.shape)
+        shape[dim] = pad
+        return torch.cat([t, t.new_zeros(shape)], dim=dim)
+
+    for name in ("q", "k", "v", "dout", "angles", "z"):
+        if inputs.get(name) is not None:
+            out[name] = zero_pad(inputs[name], 1)
+    for name in ("dt", "trap"):
+        out[name] = zero_pad(inputs[name], 2)
+    cs = inputs["da_cs"]
+    da_cs = torch.cat([cs, cs[..., -1:].expand(*cs.shape[:-1], pad)], dim=-1)
+    start = S - S % C  # the short chunk's first token
+    rev_tail, seg_tail = _from_cumsum(da_cs[..., start:], [C], C)
+    out["da_cs"] = da_cs
+    out["da_cs_rev"] = torch.cat([inputs["da_cs_rev"][..., :start], rev_tail], dim=-1)
+    seg = inputs["segsum"].clone()
+    seg[:, :, -1] = seg_tail[:, :, 0]
+    out["segsum"] = seg
+    return out
