@@ -75,28 +75,37 @@ def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list
 
 def _signature_context(spec: OpSpec) -> dict[str, Any]:
     sig = spec.signature
-    tensors = [dict(name=n, dims=t.dims, dtypes=t.dtypes, doc=t.doc) for n, t in sig.tensors.items()]
-    scalars = [dict(name=n, type=s.type, default=s.default, doc=s.doc,
+    tensors = [dict(name=n, dims=t.dims, dtypes=t.dtypes, doc=t.doc, optional=t.optional)
+               for n, t in sig.tensors.items()]
+    scalars = [dict(name=n, type=s.type, doc=s.doc, default=s.default,
+                    default_src=f"torch.{s.default}" if s.type == "dtype" else repr(s.default),
                     choices=None if s.choices is None else tuple(s.choices)) for n, s in sig.scalars.items()]
     binds, dim_checks, bound = [], [], {}
     for name, t in sig.tensors.items():
         for axis, dim in enumerate(t.dims):
             if dim in spec.params:
-                dim_checks.append((name, axis, dim, f"from {spec.params[dim].source}"))
+                dim_checks.append((name, axis, dim, f"from {spec.params[dim].source}", t.optional))
             elif dim in bound:
-                dim_checks.append((name, axis, dim, f"from {bound[dim]}"))
+                dim_checks.append((name, axis, dim, f"from {bound[dim]}", t.optional))
             else:
                 bound[dim] = f"{name}.shape[{axis}]"
                 binds.append((dim, name, axis))
     outputs = []
     for name, out in sig.outputs.items():
-        dtype = f"{out.dtype}.dtype" if out.dtype in sig.tensors else f"torch.{out.dtype}"
-        outputs.append(dict(name=name, dims=out.dims, dtype=dtype, doc=out.doc))
+        if out.dtype in sig.tensors:
+            dtype = f"{out.dtype}.dtype"
+        elif out.dtype in sig.scalars:
+            dtype = f"getattr(torch, {out.dtype})"
+        else:
+            dtype = f"torch.{out.dtype}"
+        outputs.append(dict(name=name, dims=out.dims, dtype=dtype, doc=out.doc,
+                            when=None if out.when is None else out.when.to_python()))
     known = set(spec.param_names())
     checks = [dict(rule=c.rule.to_python(), error=c.error, message=c.message,
                    fields=_format_fields(spec, c.message, known, f"checks.{i}.message"))
               for i, c in enumerate(spec.checks)]
-    return dict(tensors=tensors, scalars=scalars, binds=binds, dim_checks=dim_checks,
+    return dict(tensors=tensors, scalars=scalars, scalar_types={a.type for a in sig.scalars.values()},
+                binds=binds, dim_checks=dim_checks,
                 outputs=outputs, checks=checks,
                 params=[(n, e.to_python()) for n, e in spec.params.items()])
 

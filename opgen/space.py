@@ -97,6 +97,7 @@ def case_inputs(spec: OpSpec, row: Mapping[str, Any]) -> dict[str, Any]:
     """Inputs of one case row: dims, scalars (defaults filled) and ``<tensor>_dtype`` names.
 
     ``dtype`` in a row applies to every tensor that allows it; other tensors take their first dtype.
+    An optional tensor is absent unless the row sets ``<name>_given``.
     """
     env: dict[str, Any] = {name: arg.default for name, arg in spec.signature.scalars.items()}
     for key, value in row.items():
@@ -104,7 +105,10 @@ def case_inputs(spec: OpSpec, row: Mapping[str, Any]) -> dict[str, Any]:
             env[key] = value
     wanted = row.get("dtype")
     for name, arg in spec.signature.tensors.items():
-        env[f"{name}_dtype"] = wanted if wanted in arg.dtypes else arg.dtypes[0]
+        if arg.optional:
+            env.setdefault(f"{name}_given", False)
+        given = not arg.optional or env[f"{name}_given"]
+        env[f"{name}_dtype"] = (wanted if wanted in arg.dtypes else arg.dtypes[0]) if given else None
     missing = [n for n in spec.input_names() if n not in env]
     if missing:
         raise SpecError(spec.path, "cases", f"values for {missing}", dict(row))

@@ -49,27 +49,37 @@ class _Model(BaseModel):
 
 
 class TensorArg(_Model):
-    """A tensor input: its dims (symbols bound from the first tensor that names them) and dtypes."""
+    """A tensor input: its dims (symbols bound from the first tensor that names them) and dtypes.
+
+    An ``optional`` tensor defaults to None; formulas see ``<name>_given`` and its dims are
+    checked only when it is given (it may not be the first to bind a dim).
+    """
 
     dims: tuple[Ident, ...] = Field(min_length=1)
     dtypes: tuple[DType, ...] = Field(min_length=1)
+    optional: bool = False
     doc: str = ""
 
 
 class ScalarArg(_Model):
-    """A Python scalar input with its type, default and allowed values."""
+    """A Python scalar input with its type, default and allowed values.
 
-    type: Literal["int", "float", "bool"]
-    default: Union[bool, int, float]
-    choices: tuple[Union[bool, int, float], ...] | None = None
+    A ``dtype`` scalar takes a torch dtype; formulas see its name (``'float32'``).
+    """
+
+    type: Literal["int", "float", "bool", "dtype"]
+    default: Union[bool, int, float, DType]
+    choices: tuple[Union[bool, int, float, str], ...] | None = None
     doc: str = ""
 
 
 class OutputArg(_Model):
-    """An output tensor: dims and the input tensor whose dtype it takes (or a dtype name)."""
+    """An output tensor: dims, and the input tensor or dtype scalar whose dtype it takes (or a
+    dtype name); with ``when``, it is produced only where the formula holds (else None)."""
 
     dims: tuple[Ident, ...] = Field(min_length=1)
     dtype: str
+    when: Formula | None = None
     doc: str = ""
 
 
@@ -184,9 +194,11 @@ class OpSpec(_Model):
         return tuple(seen)
 
     def input_names(self) -> tuple[str, ...]:
-        """Names visible to params and checks: dims, scalars, ``<tensor>_dtype``."""
-        dtypes = tuple(f"{t}_dtype" for t in self.signature.tensors)
-        return self.dim_symbols() + tuple(self.signature.scalars) + dtypes
+        """Names visible to params and checks: dims, scalars, ``<tensor>_dtype``, ``<tensor>_given``."""
+        tensors = self.signature.tensors
+        dtypes = tuple(f"{t}_dtype" for t in tensors)
+        given = tuple(f"{t}_given" for t, arg in tensors.items() if arg.optional)
+        return self.dim_symbols() + tuple(self.signature.scalars) + dtypes + given
 
     def param_names(self) -> tuple[str, ...]:
         """Everything the dispatch formulas may read: inputs plus params."""
@@ -250,10 +262,30 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
     params = set(known)
     for i, check in enumerate(spec.checks):
         _check_names(file, f"checks.{i}.rule", check.rule, params)
+    optional_seen = False
+    bound: set[str] = set()
+    for name, arg in sig.tensors.items():
+        if optional_seen and not arg.optional:
+            raise SpecError(file, f"signature.tensors.{name}.optional",
+                            "optional tensors after every required one (they default to None)", False)
+        optional_seen = optional_seen or arg.optional
+        for dim in arg.dims:
+            if arg.optional and dim not in bound and dim not in spec.params:
+                raise SpecError(file, f"signature.tensors.{name}.dims",
+                                "dims bound by a required tensor (an optional one may be absent)", dim)
+            bound.add(dim)
+    dtype_scalars = {n for n, a in sig.scalars.items() if a.type == "dtype"}
+    for name, arg in sig.scalars.items():
+        values = (arg.default, *(arg.choices or ()))
+        if arg.type == "dtype" and any(v not in DTYPES for v in values):
+            raise SpecError(file, f"signature.scalars.{name}", f"dtype names among {sorted(DTYPES)}",
+                            [v for v in values if v not in DTYPES])
     for name, out in sig.outputs.items():
-        if out.dtype not in sig.tensors and out.dtype not in DTYPES:
+        if out.dtype not in sig.tensors and out.dtype not in DTYPES and out.dtype not in dtype_scalars:
             raise SpecError(file, f"signature.outputs.{name}.dtype",
-                            f"a tensor name {sorted(sig.tensors)} or a dtype", out.dtype)
+                            f"a tensor name {sorted(sig.tensors)}, a dtype scalar or a dtype", out.dtype)
+        if out.when is not None:
+            _check_names(file, f"signature.outputs.{name}.when", out.when, params)
         for d in out.dims:
             if d not in params:
                 raise SpecError(file, f"signature.outputs.{name}.dims", "known dim symbols", d)

@@ -135,7 +135,7 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     for name in scalar_names:  # the case (or the spec default) decides the scalars
         inputs[name] = params[name]
     ref_device = device if device.startswith("cuda") else "cpu"
-    ref_args = {k: inputs[k] for k in (*spec.signature.tensors, *scalar_names)}
+    ref_args = {k: inputs.get(k) for k in (*spec.signature.tensors, *scalar_names)}
     gold = _resolve(spec.reference.golden)(**ref_args, device=ref_device)
     ref32 = _resolve(spec.reference.fp32)(**ref_args, device=ref_device)
     mag = _resolve(spec.reference.magnitude)(**ref_args, device=ref_device)
@@ -143,13 +143,19 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
 
 
 def _outputs(spec, params: dict[str, Any], inputs: dict[str, Any], device: str) -> dict[str, Any]:
+    """The op's outputs, allocated as the generated API does (None where ``when`` is false)."""
     import torch
 
-    outs = {}
+    outs: dict[str, Any] = {}
     for name, out in spec.signature.outputs.items():
-        shape = tuple(params[d] for d in out.dims)
-        dtype = inputs[out.dtype].dtype if out.dtype in inputs else getattr(torch, out.dtype)
-        outs[name] = torch.empty(shape, dtype=dtype, device=device)
+        if out.when is not None and not out.when.evaluate(params):
+            outs[name] = None
+            continue
+        if out.dtype in spec.signature.tensors:
+            dtype = inputs[out.dtype].dtype
+        else:
+            dtype = getattr(torch, params.get(out.dtype, out.dtype))
+        outs[name] = torch.empty(tuple(params[d] for d in out.dims), dtype=dtype, device=device)
     return outs
 
 
@@ -178,7 +184,7 @@ def run_task(task: Task, state: _State | None = None) -> Result:
     point = dict(task.point)
     outputs = _outputs(spec, case["params"], case["inputs"], task.device)
     values = {**case["params"], **case["inputs"], **outputs}
-    kwargs = {name: values[name] for name in spec.api.launch_args}
+    kwargs = {name: values.get(name) for name in spec.api.launch_args}  # absent optional inputs: None
     programs = task.programs * int(point.get("occupancy", 1))
 
     def call():

@@ -2,16 +2,16 @@
 import torch
 
 
-def golden(x, device="cpu"):
+def golden(x, bias=None, out_dtype="float32", device="cpu"):
     return x.detach().to(device=device, dtype=torch.float64) * 2
 
 
-def reference_fp32(x, device="cpu"):
+def reference_fp32(x, bias=None, out_dtype="float32", device="cpu"):
     return x.detach().to(device=device, dtype=torch.float32) * 2
 
 
-def magnitude(x, device="cpu"):
-    return golden(x, device).abs()
+def magnitude(x, bias=None, out_dtype="float32", device="cpu"):
+    return golden(x, device=device).abs()
 
 
 def make_inputs(N, dtype=torch.float32, seed=0, device="cpu"):
