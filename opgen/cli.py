@@ -70,6 +70,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     settings = tune.Settings(trials=args.trials, study_seconds=args.study_seconds,
                              campaign_seconds=args.campaign_seconds, seed=args.seed,
                              point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
+                             compile_workers=args.compile_workers,
                              protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
     import optuna
 
@@ -151,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--no-progress", action="store_true", help="no progress bar")
     tune_p.add_argument("--records", help="record file (default records/<chip>/<op>.jsonl)")
     tune_p.add_argument("--exhaustive-below", type=int, default=64, help="search exhaustively up to this many points")
+    tune_p.add_argument("--compile-workers", type=int, default=0,
+                        help="processes compiling and checking a batch of points in parallel before timing")
     tune_p.set_defaults(func=_cmd_tune)
     bench_p = sub.add_parser("bench", help="time a generated op against a baseline, side by side")
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")

@@ -75,7 +75,8 @@ def replay(sweep: Sweep, budget: int, seeds: range, settings: Settings = Setting
             result = Result("ok", "", t) if t is not None else Result("compile_error", "recorded failure")
             return Measured(point, [result])
 
-        done = search(study, points, [], local, math.inf, measure, lambda n, m: None)
+        done = search(study, points, [], local, math.inf, lambda batch: [measure(p) for p in batch],
+                      lambda n, m: None)
         found = [m.value for m in done if m.ok]
         runs.append(ReplayRun(seed, len(done), min(found) if found else math.inf))
     return runs

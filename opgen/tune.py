@@ -42,6 +42,8 @@ class Settings:
         seed: sampler seed.
         point_timeout: seconds a single point may take (compile, check and timing).
         rounds: interleaved rounds of the side-by-side re-measure.
+        compile_workers: extra worker processes that compile and check a batch of points in
+            parallel before the timing worker measures them one by one (0: none).
     """
 
     trials: int = 40
@@ -53,7 +55,13 @@ class Settings:
     seed: int = 0
     point_timeout: float = 300.0
     rounds: int = 5
+    compile_workers: int = 0
     protocol: bench.Protocol = bench.DEFAULT
+
+    @property
+    def batch(self) -> int:
+        """Points asked at once: one per compile worker (1 without them)."""
+        return max(1, self.compile_workers)
 
 
 @dataclass(frozen=True)
@@ -186,6 +194,7 @@ class Campaign:
         self.settings, self.kernel_hash = settings, kernel_hash
         self.max_rel_l2 = max_rel_l2 or {}
         self.worker = Worker(root, worker_env)
+        self.pool = [Worker(root, worker_env) for _ in range(settings.compile_workers)]
         self.progress = progress
         self.deadline = time.monotonic() + settings.campaign_seconds
 
@@ -208,6 +217,35 @@ class Campaign:
                 break
         return out
 
+    def measure_batch(self, points_: list[Point], bucket: Bucket) -> list[Measured]:
+        """Measure several points: compile and check them in parallel first when the campaign
+        has compile workers (a failure there is final), then time the rest one by one."""
+        if not self.pool or len(points_) < 2:
+            return [self.measure(p, bucket) for p in points_]
+        import queue
+        from concurrent.futures import ThreadPoolExecutor
+
+        free: queue.Queue = queue.Queue()
+        for worker in self.pool:
+            free.put(worker)
+
+        def compile_one(task: Task) -> Result:
+            worker = free.get()
+            try:
+                return worker.run(task, self.settings.point_timeout)
+            finally:
+                free.put(worker)
+
+        tasks = [self._task(p, case, timed=False) for p in points_ for case in bucket.cases]
+        with ThreadPoolExecutor(len(self.pool)) as pool:
+            checked = list(pool.map(compile_one, tasks))
+        out = []
+        for i, point in enumerate(points_):
+            results = checked[i * len(bucket.cases):(i + 1) * len(bucket.cases)]
+            failed = next((r for r in results if r.status != "ok"), None)
+            out.append(Measured(point, [failed]) if failed else self.measure(point, bucket))
+        return out
+
     # --- one study --------------------------------------------------------------------------
     def run_study(self, plan: StudyPlan, enqueue: Iterable[Point] = ()) -> list[Measured]:
         """Search one variant on one bucket; return every point measured (this run or before)."""
@@ -221,7 +259,7 @@ class Campaign:
                                     load_if_exists=True)
         deadline = min(self.deadline, time.monotonic() + self.settings.study_seconds)
         return search(study, plan.points, enqueue, self.settings, deadline,
-                      lambda point: self.measure(point, plan.bucket),
+                      lambda points_: self.measure_batch(points_, plan.bucket),
                       lambda number, m: self._emit_trial(name, number, plan, m))
 
     def _emit_trial(self, study: str, number: int, plan: StudyPlan, m: Measured) -> None:
@@ -322,7 +360,8 @@ class Campaign:
                     winners.append(winner)
         finally:
             bar.close()
-            self.worker.close()
+            for worker in (self.worker, *self.pool):
+                worker.close()
         return winners
 
 
@@ -334,19 +373,21 @@ def make_sampler(settings: Settings, n_points: int):
 
     if n_points <= settings.exhaustive_below:
         return optuna.samplers.RandomSampler(seed=settings.seed)
-    return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True,
+    return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, constant_liar=settings.batch > 1,
                                       n_startup_trials=min(10, max(2, settings.trials // 3)))
 
 
 def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], settings: Settings,
-           deadline: float, measure: Callable[[Point], Measured],
+           deadline: float, measure: Callable[[list[Point]], list[Measured]],
            on_trial: Callable[[int, Measured], None]) -> list[Measured]:
     """The ask-and-tell loop of one study over a finite set of feasible points.
 
     Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
     measured again), enqueues ``enqueue`` first (and every point when the space is small), never
     measures a point twice, prunes suggestions outside the feasible set without measuring, and
-    stops at ``settings.trials`` measured points, the deadline or an exhausted space.
+    stops at ``settings.trials`` measured points, the deadline or an exhausted space. Points are
+    asked ``settings.batch`` at a time (TPE with a constant liar), so ``measure`` may compile a
+    batch in parallel before timing its points one by one.
 
     Returns:
         Every point measured in this study, earlier runs included.
@@ -383,32 +424,39 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     grid = math.prod(len(v) for v in searched.values())
     asked: set[tuple] = set()
     count = len(measured)
-    asks = 0
-    while (count < settings.trials and time.monotonic() < deadline and len(asked) < grid
-           and len(seen) < len(feasible) and asks < 20 * settings.trials + grid):
-        asks += 1
-        trial = study.ask(distributions)
-        values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
-        asked.add(values)
-        if values not in feasible:
-            study.tell(trial, state=TrialState.PRUNED)
-            continue
-        if values in seen:
-            trial.set_user_attr("duplicate", True)
-            study.tell(trial, seen[values], state=None if seen[values] is not None else TrialState.FAIL)
-            continue
-        result = measure(feasible[values])
-        for key, value in _attrs_of(result).items():
-            trial.set_user_attr(key, value)
-        if result.ok:
-            study.tell(trial, result.value)
-            seen[values] = result.value
-        else:
-            study.tell(trial, state=TrialState.FAIL)
-            seen[values] = None
-        measured.append(result)
-        count += 1
-        on_trial(trial.number, result)
+    asks, max_asks = 0, 20 * settings.trials + grid
+    while count < settings.trials and time.monotonic() < deadline:
+        batch: list[tuple[Any, Point]] = []
+        pending: set[tuple] = set()
+        while (len(batch) < min(settings.batch, settings.trials - count) and asks < max_asks
+               and len(asked) < grid and len(seen) + len(pending) < len(feasible)):
+            asks += 1
+            trial = study.ask(distributions)
+            values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+            asked.add(values)
+            if values not in feasible or values in pending:
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            if values in seen:
+                trial.set_user_attr("duplicate", True)
+                study.tell(trial, seen[values], state=None if seen[values] is not None else TrialState.FAIL)
+                continue
+            pending.add(values)
+            batch.append((trial, feasible[values]))
+        if not batch:
+            break
+        for (trial, point), result in zip(batch, measure([p for _, p in batch])):
+            for key, value in _attrs_of(result).items():
+                trial.set_user_attr(key, value)
+            if result.ok:
+                study.tell(trial, result.value)
+                seen[point.values] = result.value
+            else:
+                study.tell(trial, state=TrialState.FAIL)
+                seen[point.values] = None
+            measured.append(result)
+            count += 1
+            on_trial(trial.number, result)
     return measured
 
 

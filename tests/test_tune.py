@@ -126,3 +126,15 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     hang = [r for r in after if r["kind"] == "trial" and r["variant"] == "hang"]
     assert sorted(r["point"]["BLOCK"] for r in hang) == [16, 32, 64] and {r["status"] for r in hang} == {"timeout"}
     assert [r["variant"] for r in after if r["kind"] == "winner"] == ["good"]
+
+
+def test_parallel_compile_workers_record_the_same_statuses(tmp_path):
+    root = _project(tmp_path)
+    _tune(root, "--point-timeout", "4", "--compile-workers", "2")
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    status = {}
+    for r in trials:
+        status.setdefault(r["variant"], set()).add(r["status"])
+    assert status == {"good": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_result"}}
+    assert all(r["median_ms"] is not None for r in trials if r["status"] == "ok")
+    assert len(trials) == 12 and [r["variant"] for r in _records(root) if r["kind"] == "winner"] == ["good"]
