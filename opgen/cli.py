@@ -79,9 +79,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
     campaign, earlier = tune.open_campaign(root, spec, chip, args.device, storage, settings, path, date,
                                            progress=not args.no_progress)
-    winners = campaign.run(plans, earlier)
+    winners = campaign.run(plans, earlier) if args.trials > 0 else []
     print(tune.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")
+    if args.cross_check:
+        from .records import latest_winners, read
+
+        tuned = latest_winners(read(path, op=spec.op, chip=chip.name).records) if path.exists() else {}
+        checks = campaign.cross_check(tune.buckets(spec, rows), tuned)
+        print(tune.cross_report(checks, args.cross_margin))
     return 0
 
 
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--device", help="torch device (default: cuda:0, npu:0 or cpu)")
     tune_p.add_argument("--dry-run", action="store_true", help="print the search space and exit")
     tune_p.add_argument("--storage", help="optuna storage: RDB URL or journal file (default .tune/)")
-    tune_p.add_argument("--trials", type=int, default=40, help="measured points per study at most")
+    tune_p.add_argument("--trials", type=int, default=40, help="measured points per study at most (0: no search)")
     tune_p.add_argument("--study-seconds", type=float, default=900.0)
     tune_p.add_argument("--campaign-seconds", type=float, default=3 * 3600.0)
     tune_p.add_argument("--point-timeout", type=float, default=300.0, help="seconds per point")
@@ -152,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--no-progress", action="store_true", help="no progress bar")
     tune_p.add_argument("--records", help="record file (default records/<chip>/<op>.jsonl)")
     tune_p.add_argument("--exhaustive-below", type=int, default=64, help="search exhaustively up to this many points")
+    tune_p.add_argument("--cross-check", action="store_true",
+                        help="re-measure each tuned bucket's winner against the table's fill from the others")
+    tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
     tune_p.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")
     tune_p.set_defaults(func=_cmd_tune)

@@ -332,6 +332,32 @@ class Campaign:
                     budget=self._budget(find_variant(self.spec, winner.variant), winner,
                                         bucket.params[0], best.results[0]))
 
+    def cross_check(self, buckets_: list[Bucket], tuned: dict[tuple, Any]) -> list[CrossCheck]:
+        """Re-measure each tuned bucket's winner beside the choice the table would give that
+        bucket from the other buckets' winners alone (how a shape between tuned points fares).
+        The workers are closed again afterwards."""
+        from .records import fill_nearest
+        from .space import default_point
+
+        out = []
+        for bucket in buckets_:
+            winner = tuned.get(bucket.key)
+            if winner is None:
+                continue
+            own = Point(winner.variant, tuple((n, winner.point[n]) for n in self.spec.tunables_for(self.profile.backend)))
+            others = {k: w for k, w in tuned.items() if k != bucket.key}
+            row = next((r for r in fill_nearest(self.spec, self.profile, others) if r.key == bucket.key), None)
+            if row is not None:
+                fill = Point(row.variant, tuple(row.point.items()))
+                source = row.comment.split(", median")[0]
+            else:
+                fill, source = default_point(self.spec, self.profile, bucket.params[0]), None
+            times = self.side_by_side([own] if fill == own else [own, fill], bucket)
+            out.append(CrossCheck(bucket.key, own, source, fill, times[own], times.get(fill, times[own])))
+        for worker in (self.worker, *self.pool):
+            worker.close()
+        return out
+
     def run(self, plans: list[StudyPlan], earlier: dict[tuple, Point] | None = None) -> list[dict[str, Any]]:
         """Run every study, bucket by bucket, and emit one winner per bucket."""
         from tqdm import tqdm
@@ -458,6 +484,37 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
             count += 1
             on_trial(trial.number, result)
     return measured
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """Leave-one-out check of a tuned bucket: its own winner against the row the table would
+    fill it with from the other buckets' winners (None: the spec's default would serve it)."""
+
+    key: tuple[Any, ...]
+    own: Point
+    fill_from: str | None
+    fill: Point
+    own_ms: float
+    fill_ms: float
+
+    @property
+    def loss(self) -> float:
+        """Relative time lost by the fill choice (0 when it is the bucket's own winner)."""
+        return self.fill_ms / self.own_ms - 1.0
+
+
+def cross_report(checks: list[CrossCheck], margin: float) -> str:
+    """The cross-check table and its verdict: flagged when the worst loss exceeds ``margin``."""
+    lines = [f"{'key':<40} {'own ms':>9} {'fill ms':>9} {'loss':>8}  fill from"]
+    for c in checks:
+        lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {c.fill_ms:>9.4f} "
+                     f"{c.loss:>8.1%}  {c.fill_from or 'spec default'}: {c.fill.name()}")
+    if checks:
+        worst = max(checks, key=lambda c: c.loss)
+        verdict = "FLAGGED" if worst.loss > margin else "ok"
+        lines.append(f"{verdict}: worst leave-one-out loss {worst.loss:.1%} at {worst.key} (margin {margin:.0%})")
+    return "\n".join(lines)
 
 
 def _attrs_of(m: Measured) -> dict[str, Any]:

@@ -11,6 +11,6 @@ variants=$variants,fold_single_tiled,split_single_tiled,fp32_single_tiled,fp32_g
 python3 -m opgen.cli build --check
 python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --cases bench --variants "$variants" \
     --trials 8 --compile-workers 8 --campaign-seconds "$seconds" --study-seconds 90 --point-timeout 90 \
-    --storage .tune/h200-chunk_gla_fwd_o_gk.journal --no-progress 2>&1 | grep -v "A new study created" | tee "$out/tune.log"
+    --storage .tune/h200-chunk_gla_fwd_o_gk.journal --no-progress --cross-check 2>&1 | grep -v "A new study created" | tee "$out/tune.log"
 cp .tune/h200-chunk_gla_fwd_o_gk.journal "$out/"
 mkdir -p "$out/records" && cp records/h200/chunk_gla_fwd_o_gk.jsonl "$out/records/"

@@ -138,3 +138,17 @@ def test_parallel_compile_workers_record_the_same_statuses(tmp_path):
     assert status == {"good": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_result"}}
     assert all(r["median_ms"] is not None for r in trials if r["status"] == "ok")
     assert len(trials) == 12 and [r["variant"] for r in _records(root) if r["kind"] == "winner"] == ["good"]
+
+
+def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_path):
+    root = _project(tmp_path)
+    out = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", "--variants", "good",
+                 "--warmup", "1", "--repeat", "2", "--no-progress", "--point-timeout", "30",
+                 "--cross-check", "--cross-margin", "0.5").stdout
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert sorted(r["key"] for r in winners) == [[0], [1]]
+    table = out[out.index("fill from"):].splitlines()
+    assert table[1].startswith("0 ") and "from (1,)" in table[1]
+    assert table[2].startswith("1 ") and "from (0,)" in table[2]
+    assert table[3].startswith(("ok: worst leave-one-out loss", "FLAGGED: worst leave-one-out loss"))
+    assert "(margin 50%)" in table[3]
