@@ -159,6 +159,17 @@ def _outputs(spec, params: dict[str, Any], inputs: dict[str, Any], device: str) 
     return outs
 
 
+def _per_output(spec, case: dict[str, Any]):
+    """``(name, golden, ref32, magnitude)`` per output; a reference may return one tensor (the
+    op's only output) or a dict by output name."""
+    golds, refs, mags = case["golden"], case["ref32"], case["magnitude"]
+    if not isinstance(golds, dict):
+        name = next(iter(spec.signature.outputs))
+        golds, refs, mags = {name: golds}, {name: refs}, {name: mags}
+    for name in spec.signature.outputs:
+        yield name, golds.get(name), refs.get(name), mags.get(name)
+
+
 def _reported(compiled: Any) -> dict[str, int]:
     """Real on-chip usage where the compiler reports it (shared memory, spills, UB bits)."""
     out: dict[str, int] = {}
@@ -196,15 +207,25 @@ def run_task(task: Task, state: _State | None = None) -> Result:
     except Exception as exc:  # noqa: BLE001 - every failure becomes a status
         return Result(_classify(exc), f"{type(exc).__name__}: {str(exc)[:2000]}",
                       seconds=time.perf_counter() - start)
-    out = outputs[next(iter(spec.signature.outputs))]
-    report = accuracy.check_all(out, case["golden"], case["ref32"], case["magnitude"])
-    error = {"rel_l2": report.rel_l2, "max_abs_rel": report.max_abs_rel,
-             "ref_rel_l2": report.dual.ref32_rms}
-    if not report.passed:
-        return Result("wrong_result", report.summary(), error=error, seconds=time.perf_counter() - start)
-    if task.max_rel_l2 is not None and report.rel_l2 > task.max_rel_l2:
-        return Result("wrong_result", f"rel_l2 {report.rel_l2:.3g} above the bar {task.max_rel_l2:.3g}",
-                      error=error, seconds=time.perf_counter() - start)
+    error: dict[str, float] = {}
+    first = next(iter(spec.signature.outputs))
+    for name, gold, ref32, mag in _per_output(spec, case):
+        out = outputs[name]
+        if (gold is None) != (out is None):
+            return Result("wrong_result", f"{name}: produced {out is not None}, expected {gold is not None}",
+                          error=error, seconds=time.perf_counter() - start)
+        if gold is None:
+            continue
+        report = accuracy.check_all(out, gold, ref32, mag)
+        prefix = "" if name == first else f"{name}."
+        error.update({f"{prefix}rel_l2": report.rel_l2, f"{prefix}max_abs_rel": report.max_abs_rel,
+                      f"{prefix}ref_rel_l2": report.dual.ref32_rms})
+        if not report.passed:
+            return Result("wrong_result", f"{name}: {report.summary()}", error=error,
+                          seconds=time.perf_counter() - start)
+        if name == first and task.max_rel_l2 is not None and report.rel_l2 > task.max_rel_l2:
+            return Result("wrong_result", f"rel_l2 {report.rel_l2:.3g} above the bar {task.max_rel_l2:.3g}",
+                          error=error, seconds=time.perf_counter() - start)
     times: list[float] = []
     if task.timed:
         times = bench.measure(backend, call, task.protocol)
@@ -212,8 +233,11 @@ def run_task(task: Task, state: _State | None = None) -> Result:
                   _reported(compiled), time.perf_counter() - start)
 
 
-def _serve(conn, root: str) -> None:
-    """Worker process loop: run tasks until told to stop or the device context is suspect."""
+def _serve(conn, root: str, env: dict[str, str]) -> None:
+    """Worker process loop: run tasks until told to stop or the device context is suspect.
+
+    ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import)."""
+    os.environ.update(env)
     sys.path.insert(0, root)
     state = _State()
     while True:
@@ -243,20 +267,11 @@ class Worker:
         self._conn = None
 
     def _start(self) -> None:
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
-            parent, child = self._ctx.Pipe()
-            self._proc = self._ctx.Process(target=_serve, args=(child, self.root), daemon=True)
-            self._proc.start()
-            child.close()
-            self._conn = parent
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_serve, args=(child, self.root, self.env), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
 
     def run(self, task: Task, timeout: float) -> Result:
         """Run ``task``; a hang past ``timeout`` seconds or a dead process becomes a status."""
