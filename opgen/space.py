@@ -67,11 +67,14 @@ class SpaceCount:
 
 
 def all_variants(spec: OpSpec) -> tuple[Variant, ...]:
-    """Every combination of axis options, in declaration order, with the renderings it has."""
+    """Every combination of axis options not excluded by the spec, in declaration order, with
+    the renderings it has."""
     axes = spec.variants.axes
     out = []
     for combo in itertools.product(*(list(opts) for opts in axes.values())):
         options = tuple(zip(axes, combo))
+        if any(e.evaluate(dict(options)) for e in spec.variants.exclude):
+            continue
         backends = tuple(b for b in ("cuda", "npu")
                          if all(b in axes[a][o].backends for a, o in options))
         if backends:

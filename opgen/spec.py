@@ -68,7 +68,7 @@ class ScalarArg(_Model):
     """
 
     type: Literal["int", "float", "bool", "dtype"]
-    default: Union[bool, int, float, DType]
+    default: Union[bool, int, float, str]
     choices: tuple[Union[bool, int, float, str], ...] | None = None
     doc: str = ""
 
@@ -117,10 +117,15 @@ class AxisOption(_Model):
 
 
 class Variants(_Model):
-    """Variant axes; a variant picks one option per axis; its name joins the option names."""
+    """Variant axes; a variant picks one option per axis; its name joins the option names.
+
+    ``exclude`` lists formulas over the axis names: a combination for which one holds is not a
+    variant (e.g. an axis that another option ignores).
+    """
 
     template: str
     axes: dict[Ident, dict[Ident, AxisOption]] = Field(min_length=1)
+    exclude: tuple[Formula, ...] = ()
 
 
 class KeyField(_Model):
@@ -304,6 +309,8 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
                 if t not in spec.tunables:
                     raise SpecError(file, f"{at}.fixed.{t}", f"a tunable {sorted(spec.tunables)}", t)
                 _check_names(file, f"{at}.fixed.{t}", expr, params)
+    for i, expr in enumerate(spec.variants.exclude):
+        _check_names(file, f"variants.exclude.{i}", expr, set(axes))
     for i, expr in enumerate(spec.constraints):
         _check_names(file, f"constraints.{i}", expr, tunable_env)
     for backend, formulas in spec.budgets.items():

@@ -117,3 +117,18 @@ def test_every_case_has_a_legal_default_on_every_chip(gla):
                 variant = space.find_variant(gla, point.variant)
                 assert space.is_legal(gla, variant, params)
                 assert chip.rendering in variant.backends
+
+
+def test_excluded_combinations_are_not_variants(gla, tmp_path):
+    import yaml
+
+    from opgen.spec import load_spec as load
+
+    data = yaml.safe_load((ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml").read_text())
+    data["variants"]["exclude"] = ["SCALE_PATH == 'post' and SHAPE != 'general'", "GRID == 'tiled' and SHAPE == 'h1'"]
+    path = tmp_path / "chunk_gla_fwd_o_gk.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    names = {v.name for v in space.all_variants(load(path, tmp_path))}
+    assert "post_general_tiled" in names and "post_h1_persistent" not in names
+    assert "fold_h1_persistent" in names and "fold_h1_tiled" not in names
+    assert len(names) == len(space.all_variants(gla)) - 4 - 3

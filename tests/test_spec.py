@@ -75,6 +75,10 @@ MALFORMED = [
     ("case-key-unknown", _set("cases.bench.0.Z", 3), "cases.bench.0.Z", "dim symbol"),
     ("empty-axes", _set("variants.axes", {}), "variants.axes", "at least 1"),
     ("bad-identifier", _set("params.2x", "1"), "params.2x", "pattern"),
+    ("exclude-unknown-axis", _set("variants.exclude", ["ALGO == 'x'"]), "variants.exclude.0", "formula names"),
+    ("optional-before-required", _set("signature.tensors.g.optional", True), "signature.tensors.A.optional", "optional tensors after"),
+    ("optional-binds-a-dim", _set("signature.tensors.q.optional", True), "signature.tensors.q.dims", "bound by a required tensor"),
+    ("dtype-scalar-bad-default", _set("signature.scalars.out", {"type": "dtype", "default": "float8"}), "signature.scalars.out", "dtype names"),
 ]
 
 
