@@ -46,6 +46,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
+    from . import campaign as campaign_mod
     from . import freeze, tune
     from .bench import Protocol
     from .errors import UnsupportedInput
@@ -77,17 +78,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
-    campaign, earlier = tune.open_campaign(root, spec, chip, args.device, storage, settings, path, date,
+    campaign, earlier = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings, path, date,
                                            progress=not args.no_progress)
     winners = campaign.run(plans, earlier) if args.trials > 0 else []
-    print(tune.summary(winners, tuple(spec.dispatch.key)))
+    print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")
     if args.cross_check:
         from .records import latest_winners, read
 
         tuned = latest_winners(read(path, op=spec.op, chip=chip.name).records) if path.exists() else {}
         checks = campaign.cross_check(tune.buckets(spec, rows), tuned)
-        print(tune.cross_report(checks, args.cross_margin))
+        print(campaign_mod.cross_report(checks, args.cross_margin))
     return 0
 
 

@@ -16,7 +16,6 @@ from typing import Any, Callable
 from . import bench
 from .accuracy import rel_l2
 from .backends import Backend
-from .space import case_inputs, evaluate_params
 from .spec import OpSpec
 
 

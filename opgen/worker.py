@@ -25,6 +25,7 @@ STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_bud
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).
 _OVER_BUDGET = ("out of resource", "OutOfResources", "ub overflow")
 # Errors after which the device context cannot be trusted: the worker exits and is replaced.
+_STARTUP_SECONDS = 300  # importing torch and triton in a fresh process, on a busy host
 _CASES_KEPT = 4  # prepared cases (inputs and goldens) a worker keeps
 _FATAL = ("illegal memory access", "CUDA error", "unspecified launch failure", "device-side assert")
 
@@ -239,6 +240,10 @@ def _serve(conn, root: str, env: dict[str, str]) -> None:
     ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import)."""
     os.environ.update(env)
     sys.path.insert(0, root)
+    import torch  # noqa: F401  (imported before "ready": start-up is not charged to a task)
+    import triton  # noqa: F401
+
+    conn.send("ready")
     state = _State()
     while True:
         try:
@@ -272,6 +277,14 @@ class Worker:
         self._proc.start()
         child.close()
         self._conn = parent
+        try:
+            ready = parent.poll(_STARTUP_SECONDS) and parent.recv() == "ready"
+        except (EOFError, ConnectionResetError):
+            ready = False
+        if not ready:
+            code = self._proc.exitcode
+            self.close(kill=True)
+            raise RuntimeError(f"worker process did not start within {_STARTUP_SECONDS} s (exit code {code})")
 
     def run(self, task: Task, timeout: float) -> Result:
         """Run ``task``; a hang past ``timeout`` seconds or a dead process becomes a status."""

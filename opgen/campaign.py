@@ -1,0 +1,105 @@
+"""Setting up a tuning campaign from the command line, and reading its results.
+
+Storage (journal file or RDB URL), the records sink, kernel identities, the end-of-campaign
+summary and the leave-one-out cross-check report. Uses ``tune``, ``records``, ``backends``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from .hardware import ChipProfile
+from .space import Point, variants_for
+from .spec import OpSpec
+from .tune import Campaign, CrossCheck, Settings
+
+
+def cross_report(checks: list[CrossCheck], margin: float) -> str:
+    """The cross-check table and its verdict: flagged when the worst loss exceeds ``margin``."""
+    lines = [f"{'key':<40} {'own ms':>9} {'fill ms':>9} {'loss':>8}  fill from"]
+    for c in checks:
+        lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {c.fill_ms:>9.4f} "
+                     f"{c.loss:>8.1%}  {c.fill_from or 'spec default'}: {c.fill.name()}")
+    if checks:
+        worst = max(checks, key=lambda c: c.loss)
+        verdict = "FLAGGED" if worst.loss > margin else "ok"
+        lines.append(f"{verdict}: worst leave-one-out loss {worst.loss:.1%} at {worst.key} (margin {margin:.0%})")
+    return "\n".join(lines)
+
+
+def open_storage(where: str):
+    """An optuna storage: an RDB URL (``sqlite:///x.db``, ``postgresql://...``) or a journal file."""
+    import optuna
+
+    if "://" in where:
+        return optuna.storages.RDBStorage(where)
+    from optuna.storages.journal import JournalFileBackend
+
+    Path(where).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(where))
+
+
+def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
+    """Content hashes of the generated kernel modules of one rendering (the records' identity)."""
+    from .records import kernel_hash
+
+    base = root / "generated" / spec.op / "kernels" / rendering
+    return {v.name: kernel_hash((base / f"{v.name}.py").read_text(encoding="utf-8"))
+            for v in variants_for(spec, rendering)}
+
+
+def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
+                hashes: dict[str, str], date: str) -> Callable[[str, dict[str, Any]], None]:
+    """A sink that appends each trial and winner to the tuning records as it happens."""
+    from . import records
+
+    def sink(kind: str, fields_: dict[str, Any]) -> None:
+        common = dict(op=spec.op, chip=chip, toolchain=toolchain,
+                      kernel_hash=hashes[fields_["variant"]], date=date)
+        cls = records.TrialRecord if kind == "trial" else records.WinnerRecord
+        records.append(path, [cls(**common, **fields_)])
+    return sink
+
+
+def summary(winners: list[dict[str, Any]], key_names: tuple[str, ...]) -> str:
+    """The end-of-campaign table: one row per bucket."""
+    lines = [f"{'key (' + ', '.join(key_names) + ')':<56} {'variant':<28} {'median ms':>10}  point"]
+    for w in winners:
+        key = ",".join(str(k) for k in w["key"])
+        point = ",".join(f"{k}={v}" for k, v in w["point"].items())
+        lines.append(f"{key:<56} {w['variant']:<28} {w['median_ms']:>10.4f}  {point}")
+    return "\n".join(lines)
+
+
+def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | None, storage: str,
+                  settings: Settings, records_path: Path, date: str,
+                  progress: bool = True) -> tuple[Campaign, dict[tuple, Point]]:
+    """A campaign on the chip's backend, refusing a device that is not that chip, plus the
+    earlier winners in the records (enqueued first by :meth:`Campaign.run`)."""
+    from .backends import get_backend
+    from .errors import UnsupportedInput
+    from .records import latest_winners, read
+
+    name = chip.backend
+    device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
+    env = {"TRITON_INTERPRET": "1"} if name == "interpreter" else {}  # for the worker processes
+    backend = get_backend(name, device)
+    toolchain = backend.toolchain()
+    device_name = toolchain.pop("device", "")
+    if name != "interpreter" and not any(s in device_name for s in chip.device_names):
+        raise UnsupportedInput(f"device {device!r} is {device_name!r}, not a {chip.name}: tables are per chip")
+    if name == "cuda":
+        import torch
+
+        programs = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        programs = backend.cores() if name == "npu" else chip.cores
+    hashes = kernel_hashes(root, spec, chip.rendering)
+    earlier = {}
+    if records_path.exists():
+        found = read(records_path, op=spec.op, chip=chip.name).records
+        earlier = {k: Point(w.variant, tuple(w.point.items())) for k, w in latest_winners(found).items()}
+    sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
+    campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
+                        toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
+    return campaign, earlier
