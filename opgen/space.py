@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import BuildError, SpecError
+from .errors import BuildError, SpecError, UnsupportedInput
 from .expr import Expr
 from .hardware import ChipProfile
 from .spec import OpSpec
@@ -211,7 +211,8 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
 def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any]) -> Point:
     """The spec's default choice for one shape on one chip (the frozen choice until tuned).
 
-    A list-valued default takes its first value whose point fits the chip's budget.
+    Default formulas also see ``CORES``, the chip's persistent-grid program count (cube cores,
+    SMs). A list-valued default takes its first value whose point fits the chip's budget.
 
     Raises:
         BuildError: if the defaults pick an unknown or illegal variant, or nothing fits.
@@ -220,6 +221,7 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
     if defaults is None:
         raise BuildError(f"{spec.op}: no dispatch.defaults for backend {profile.backend!r}")
     axes = spec.variants.axes
+    params = {**params, "CORES": _cores_or_none(profile)}
     combo = []
     for axis in axes:
         value = defaults[axis]
@@ -250,3 +252,12 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
             return Point(variant.name, tuple(ordered.items()))
     raise BuildError(f"{spec.op}: no default of {variant.name} fits {profile.name}'s budget "
                      f"for {dict(params)}")
+
+
+def _cores_or_none(profile: ChipProfile) -> int | None:
+    """The chip's persistent-grid program count where the profile knows it (else the driver
+    tells at run time, and a build-time default that needs it fails loudly)."""
+    try:
+        return profile.cores
+    except UnsupportedInput:
+        return None

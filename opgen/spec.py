@@ -334,7 +334,7 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
             if name not in needed:
                 raise SpecError(file, at, f"an axis or a {backend} tunable {needed}", name)
             if isinstance(value, Expr):
-                _check_names(file, at, value, params)
+                _check_names(file, at, value, params | {"CORES"})
                 if not value.names and name in axes:
                     literal = value.evaluate({})
                     if literal not in axes[name]:

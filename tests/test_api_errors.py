@@ -91,8 +91,8 @@ def test_default_choice_reproduces_the_seed_on_ascend():
     params = dict(B=2, T=256, H=4, K=96, V=160, scale=0.125, chunk_size=64, use_exp2=False,
                   q_dtype="float16", v_dtype="float16", g_dtype="float32", A_dtype="float32",
                   h_dtype="float32", BT=64, NT=4, dtype="float16", es=2)
-    variant, point = api._default_npu(196608, **params)
+    variant, point = api._default_npu(196608, 20, **params)
     assert variant == "split_general_persistent"
     assert (point["BK"], point["BV"]) == (64, 32)
-    variant, _ = api._default_npu(196608, **{**params, "scale": 1.5})
+    variant, _ = api._default_npu(196608, 20, **{**params, "scale": 1.5})
     assert variant == "post_general_persistent"
