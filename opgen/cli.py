@@ -105,7 +105,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     backend = get_backend(args.backend, args.device)
-    base = compare._resolve(spec.baselines[args.baseline])
+    target = spec.baselines[args.baseline]
+    if target.startswith("variant:"):  # the op itself with some axes forced, e.g. variant:ALGO=stage0
+        from .hardware import chip_for_device_name
+
+        chip = chip_for_device_name(backend.toolchain()["device"], args.backend)
+        forced = dict(item.split("=") for item in target.removeprefix("variant:").split(","))
+        base = compare.variant_baseline(spec, chip, forced)
+    else:
+        base = compare._resolve(target)
     bandwidth = compare.copy_bandwidth(backend)
     print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
     protocol = Protocol(warmup=args.warmup, repeat=args.repeat)

@@ -53,9 +53,10 @@ def copy_bandwidth(backend: Backend, nbytes: int = 1 << 30) -> float:
 
 
 def case_id(row: dict[str, Any]) -> str:
-    """A readable case id: ``B4-T2048-H16-K128-V128-C64-bf16``."""
+    """A readable case id from its sizes: ``B4-T2048-H16-K128-V128-C64-bf16``."""
     short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-    dims = "-".join(f"{k}{row[k]}" for k in ("B", "T", "H", "K", "V") if k in row)
+    dims = "-".join(f"{k}{v}" for k, v in row.items()
+                    if k not in ("chunk_size", "dtype") and isinstance(v, int) and not isinstance(v, bool))
     return f"{dims}-C{row.get('chunk_size')}-{short.get(row.get('dtype'), row.get('dtype'))}"
 
 
@@ -68,7 +69,7 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
 
     op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
     case = prepare_case(spec, row, seed, backend.device)
-    args = {name: case["inputs"][name] for name in (*spec.signature.tensors, *spec.signature.scalars)}
+    args = {name: case["inputs"].get(name) for name in (*spec.signature.tensors, *spec.signature.scalars)}
     firsts = []
     outs = []
     for fn in (op, base):
@@ -76,7 +77,7 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
         outs.append(fn(**args))
         backend.synchronize()
         firsts.append(time.perf_counter() - start)
-    errors = [rel_l2(o, case["golden"]) for o in outs]
+    errors = [rel_l2(_first(o), _first(case["golden"])) for o in outs]
     times = bench.side_by_side(backend, {"ours": lambda: op(**args), "base": lambda: base(**args)},
                                rounds=rounds, protocol=protocol)
     floor_s = spec.traffic_bytes.evaluate(case["params"]) / bandwidth if spec.traffic_bytes else math.nan
@@ -84,6 +85,50 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     torch.cuda.empty_cache() if backend.name == "cuda" else None
     return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
                       firsts[0], firsts[1])
+
+
+def _first(out: Any) -> Any:
+    """The first output of an op (the error column reports it): a tensor, tuple or dict."""
+    if isinstance(out, dict):
+        return next(iter(out.values()))
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Callable[..., Any]:
+    """A baseline that runs the generated op with some axes forced (``stage0`` for mamba3): the
+    other axes and the tunables come from the spec's defaults for the shape on ``profile``."""
+    import torch
+
+    from .space import case_inputs, default_point, evaluate_params, find_variant, fixed_values
+
+    def run(**args: Any) -> Any:
+        dims: dict[str, Any] = {}
+        for name, arg in spec.signature.tensors.items():
+            if args.get(name) is not None:
+                dims.update({d: n for d, n in zip(arg.dims, args[name].shape)})
+        row = {k: v for k, v in dims.items() if k in spec.dim_symbols()}
+        scalars = {k: (str(v).removeprefix("torch.") if isinstance(v, torch.dtype) else v)
+                   for k, v in args.items() if k in spec.signature.scalars}
+        inputs = case_inputs(spec, {**row, **scalars})
+        for name, arg in spec.signature.tensors.items():
+            inputs[f"{name}_dtype"] = None if args.get(name) is None else str(args[name].dtype).removeprefix("torch.")
+            if arg.optional:
+                inputs[f"{name}_given"] = args.get(name) is not None
+        params = evaluate_params(spec, inputs)
+        chosen = default_point(spec, profile, params)
+        flags = {**find_variant(spec, chosen.variant).flags, **options}
+        variant = find_variant(spec, "_".join(flags[a] for a in spec.variants.axes))
+        point = {**chosen.config, **fixed_values(spec, variant, params)}
+        module = importlib.import_module(f"generated.{spec.op}.kernels.{profile.rendering}.{variant.name}")
+        from .worker import _outputs
+
+        first = next(a for a in args.values() if isinstance(a, torch.Tensor))
+        outs = _outputs(spec, params, args, str(first.device))
+        values = {**params, **args, **outs}
+        module.launch(**{n: values.get(n) for n in spec.api.launch_args},
+                      num_programs=profile.cores * int(point.get("occupancy", 1)), point=point)
+        return tuple(outs.values())
+    return run
 
 
 def table(results: list[CaseResult], baseline: str) -> str:

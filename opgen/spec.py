@@ -155,9 +155,11 @@ class Reference(_Model):
 
 
 class Accuracy(_Model):
-    """The precision bar a tuned point must meet (beyond the golden checks), per dtype."""
+    """What a tuned point must meet: the golden checks (the dual benchmark, and the domain-aware
+    cancellation check unless ``domain_check`` is off) and a rel-L2 bar per dtype."""
 
     max_rel_l2: dict[DType, float] = {}
+    domain_check: bool = True
 
 
 class Api(_Model):
@@ -343,6 +345,14 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
     for name in spec.api.launch_args:
         if name not in sig.tensors and name not in sig.outputs and name not in params:
             raise SpecError(file, "api.launch_args", "tensor, output, scalar or param names", name)
+    for name, target in spec.baselines.items():
+        if target.startswith("variant:"):
+            for item in target.removeprefix("variant:").split(","):
+                axis, _, option = item.partition("=")
+                if axis not in axes or option not in axes[axis]:
+                    raise SpecError(file, f"baselines.{name}", "variant:AXIS=OPTION,... over the spec's axes", item)
+        elif ":" not in target:
+            raise SpecError(file, f"baselines.{name}", "module:function or variant:AXIS=OPTION,...", target)
     if spec.traffic_bytes is not None:
         _check_names(file, "traffic_bytes", spec.traffic_bytes, params)
     for set_name, rows in spec.cases.items():

@@ -1,0 +1,139 @@
+"""mamba3_mimo_bwd_fwd on the CPU interpreter against the float64 golden.
+
+Every variant of both renderings runs on a few cases (dtypes, Z and D on and off, GQA, tails,
+R in 1, 2, 4, 8); the public function runs the issue's pairwise grid, the rank set, tails and the
+official shapes scaled down. Criteria as the seed's: the dual benchmark for states, dmimo_o
+and dz; max|err| / max|golden| for qk_dot and dmimo_z, whose values sit near 0.
+"""
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from opgen import space
+from opgen.accuracy import dual_benchmark, max_abs_rel
+from opgen.references.mamba3_mimo_bwd_fwd import golden, make_inputs, reference_fp32
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
+NEAR_ZERO = {"qk_dot", "dmimo_z"}  # the seed's global max-relative metric
+# max|err| / max|golden| allowed for the near-zero outputs, by output dtype (a few output ulps)
+NEAR_ZERO_BAR = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+
+
+def _check(outs, x, output_dtype=torch.float32):
+    gold, ref = golden(**x), reference_fp32(**x)
+    for name, out in zip(OUTPUTS, outs):
+        if gold[name] is None:
+            assert out is None, name
+            continue
+        assert out.dtype == output_dtype and out.shape == gold[name].shape, name
+        if name in NEAR_ZERO:
+            err = max_abs_rel(out, gold[name])
+            assert err <= NEAR_ZERO_BAR[output_dtype], f"{name}: max_abs_rel {err:.3e}"
+        else:
+            result = dual_benchmark(out, ref[name], gold[name])
+            assert result.passed, f"{name}: {result.reason}"
+
+
+def _launch(module, x, output_dtype=torch.float32, point=None):
+    B, S, R, G, N = x["q"].shape
+    H, P = x["v"].shape[2], x["v"].shape[3]
+    C = x["chunk_size"]
+    NC = -(-S // C)
+    has_z = x["z"] is not None
+
+    def empty(*shape):
+        return torch.empty(shape, dtype=output_dtype)
+
+    outs = dict(states=empty(B, H, NC, N, P), qk_dot=empty(B, H, S, R, R), dmimo_o=empty(B, H, R, P),
+                dmimo_z=empty(B, H, R, P) if has_z else None, dz=empty(B, S, H, P) if has_z else None)
+    module.launch(**x, **outs, num_programs=4, point=point or {"BLOCK_P": P})
+    return [outs[n] for n in OUTPUTS]
+
+
+VARIANT_CASES = [  # (B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor)
+    (1, 32, 2, 1, 8, 8, 2, 16, "float32", True, True, 4),
+    (1, 20, 4, 2, 8, 8, 4, 8, "bfloat16", False, True, 2),
+    (1, 40, 2, 2, 8, 16, 8, 16, "float16", True, False, 4),
+    (2, 24, 2, 1, 16, 8, 1, 8, "bfloat16", True, True, 2),
+]
+
+
+def _variant_params():
+    for rendering in ("npu", "cuda"):
+        for variant in space.variants_for(SPEC, rendering):
+            for i, case in enumerate(VARIANT_CASES):
+                yield pytest.param(rendering, variant.name, case, id=f"{rendering}-{variant.name}-{i}")
+
+
+@pytest.mark.parametrize("rendering, variant, case", list(_variant_params()))
+def test_every_variant(rendering, variant, case):
+    B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor = case
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.{rendering}.{variant}")
+    x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
+                    has_z=has_z, has_d=has_d, seed=B * S + R)
+    point = {"BLOCK_P": P // 2 if variant.startswith("staged") else P}
+    _check(_launch(module, x, point=point), x)
+
+
+# Pairwise over B {1,2} x S {32,64} x H {2,4} x dtype x Z x D x GQA (every pair of values appears).
+PAIRWISE = [  # (B, S, H, dtype, Z, D, GQA)
+    (1, 32, 2, "float16", True, True, False), (1, 64, 4, "bfloat16", False, False, True),
+    (2, 32, 4, "float32", True, False, True), (2, 64, 2, "float16", False, True, True),
+    (1, 32, 4, "bfloat16", True, True, True), (2, 64, 2, "float32", False, True, False),
+    (1, 64, 2, "float32", True, False, False), (2, 32, 2, "bfloat16", False, False, False),
+    (2, 32, 4, "float16", False, False, False), (1, 64, 4, "float16", True, True, True),
+]
+
+
+@pytest.mark.parametrize("B, S, H, dtype, has_z, has_d, gqa", PAIRWISE,
+                         ids=[f"B{b}-S{s}-H{h}-{d}-Z{int(z)}-D{int(dd)}-GQA{int(g)}" for b, s, h, d, z, dd, g in PAIRWISE])
+def test_public_api_pairwise(B, S, H, dtype, has_z, has_d, gqa):
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+
+    x = make_inputs(B, S, H, 2 if gqa else 1, 16, 8, 2, chunk_size=16, dtype=DTYPES[dtype],
+                    has_z=has_z, has_d=has_d, seed=S + H)
+    _check(mamba3_mimo_bwd_fwd(**x), x)
+
+
+@pytest.mark.parametrize("R", [1, 2, 4, 8])
+def test_public_api_ranks(R):
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+
+    x = make_inputs(1, 32, 2, 1, 16, 16, R, chunk_size=8, dtype=torch.bfloat16, seed=R)
+    _check(mamba3_mimo_bwd_fwd(**x), x)
+
+
+@pytest.mark.parametrize("S", [33, 40, 48, 50])
+@pytest.mark.parametrize("C", [16, 32])
+def test_public_api_tails(S, C):
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+
+    x = make_inputs(1, S, 2, 1, 8, 8, 2, chunk_size=C, dtype=torch.bfloat16, seed=S * C)
+    _check(mamba3_mimo_bwd_fwd(**x), x)
+
+
+# The 11 official shapes (N, P, R, C) with B, S, H and N, P scaled down to interpreter size.
+OFFICIAL = [(16, 64, 4, 8), (32, 64, 4, 16), (64, 64, 4, 16), (128, 64, 4, 16), (256, 64, 4, 8),
+            (64, 128, 4, 16), (128, 32, 4, 16), (128, 128, 4, 8), (128, 64, 8, 8), (128, 64, 2, 32),
+            (128, 64, 1, 64)]
+
+
+@pytest.mark.parametrize("N, P, R, C", OFFICIAL, ids=[f"N{n}_P{p}_R{r}_C{c}" for n, p, r, c in OFFICIAL])
+def test_public_api_official_scaled_down(N, P, R, C):
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+
+    x = make_inputs(1, 2 * C, 2, 1, N // 8, P // 8, R, chunk_size=C, dtype=torch.bfloat16, seed=N + P)
+    _check(mamba3_mimo_bwd_fwd(**x, output_dtype=torch.float32), x)
+
+
+def test_bfloat16_outputs():
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+
+    x = make_inputs(1, 32, 2, 1, 8, 8, 2, chunk_size=16, dtype=torch.bfloat16, seed=3)
+    _check(mamba3_mimo_bwd_fwd(**x, output_dtype=torch.bfloat16), x, torch.bfloat16)
