@@ -124,26 +124,27 @@ def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[st
         fixed = [(axis, opt, [(n, e.to_python()) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
         fixed = [row for row in fixed if row[2]]
-        fixed_names = {name for _, _, assignments in fixed for name, _ in assignments}
         tunables, lists = [], []
         for name in tunable_names:
             value = defaults[name]
             if isinstance(value, Expr):
                 tunables.append((name, value.to_python()))
-            elif name in fixed_names:
-                raise SpecError(spec.path, f"dispatch.defaults.{backend}.{name}",
-                                "a formula (a variant option fixes this tunable)", list(value))
-            else:
-                lists.append((name, tuple(value)))
+                continue
+            candidates = "(" + ", ".join(v.to_python() for v in value) + ",)"
+            for axis, opt, assignments in reversed(fixed):  # a fixing option leaves one candidate
+                for fixed_name, source in assignments:
+                    if fixed_name == name:
+                        candidates = f"(({source},) if {axis} == {opt!r} else {candidates})"
+            lists.append((name, candidates))
         kind, names = by_rendering.get(rendering, (None, ()))
         if lists and kind is None:
             raise SpecError(spec.path, f"dispatch.defaults.{backend}",
                             f"a budget formula for {rendering} to choose among listed defaults", None)
         if len(lists) == 1:
-            loop_target, loop_iter = lists[0][0], repr(lists[0][1])
+            loop_target, loop_iter = lists[0]
         else:
             loop_target = ", ".join(n for n, _ in lists)
-            loop_iter = "itertools.product(" + ", ".join(repr(v) for _, v in lists) + ")"
+            loop_iter = "itertools.product(" + ", ".join(v for _, v in lists) + ")"
         out.append(dict(backend=backend, rendering=rendering, loop_target=loop_target, loop_iter=loop_iter,
                         axes=[(a, defaults[a].to_python()) for a in axes], tunables=tunables,
                         fixed=fixed, lists=lists, tunable_names=tunable_names,

@@ -225,7 +225,7 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
     combo = []
     for axis in axes:
         value = defaults[axis]
-        option = value.evaluate(params) if isinstance(value, Expr) else value[0]
+        option = (value if isinstance(value, Expr) else value[0]).evaluate(params)
         if option not in axes[axis]:
             raise BuildError(f"{spec.path}: dispatch.defaults.{profile.backend}.{axis} gave "
                              f"{option!r}, not an option of {sorted(axes[axis])}")
@@ -243,7 +243,7 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
         if isinstance(value, Expr):
             config[name] = value.evaluate(params)
         else:
-            choices.append((name, value))
+            choices.append((name, tuple(v.evaluate(params) for v in value)))
     for combo_values in itertools.product(*(vals for _, vals in choices)):
         trial = {**config, **dict(zip((n for n, _ in choices), combo_values))}
         ordered = {n: trial[n] for n in spec.tunables_for(profile.backend)}

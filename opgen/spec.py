@@ -135,7 +135,8 @@ class KeyField(_Model):
     buckets: tuple[int, ...] | None = None
 
 
-DefaultValue = Union[Formula, tuple[Scalar, ...]]
+DefaultValue = Union[Formula, tuple[Formula, ...]]
+"""A default: one formula, or a list of them of which the first that fits the budget is taken."""
 
 
 class Dispatch(_Model):

@@ -22,6 +22,10 @@ def x():
     (lambda x: {"segsum": x["segsum"][:, :, :1].contiguous()}, ValueError, r"segsum\.shape\[2\] must be NC = 2"),
     (lambda x: {"d": torch.randn(3)}, ValueError, r"d\.shape\[0\] must be H = 4"),
     (lambda x: {"q_bias": x["q_bias"].bfloat16()}, TypeError, r"q_bias\.dtype must be one of float32"),
+    (lambda x: {"v": x["v"][..., :6].contiguous(), "dout": x["dout"][..., :6].contiguous(),
+                "z": x["z"][..., :6].contiguous(), "mimo_v": x["mimo_v"][..., :6].contiguous(),
+                "mimo_o": x["mimo_o"][..., :6].contiguous(), "mimo_z": x["mimo_z"][..., :6].contiguous()},
+     ValueError, r"N, P and chunk_size must be powers of two .* got N=8 P=6"),
 ])
 def test_invalid_calls(x, change, exc, pattern):
     with pytest.raises(exc, match="^mamba3_mimo_bwd_fwd: " + pattern):

@@ -216,7 +216,7 @@ def _default_npu(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, q
         BV = max(16, pow2(V))
     if GRID == 'tiled':
         occupancy = 1
-    for multibuffer in (True, False):
+    for multibuffer in (True, False,):
         if _ub_bytes_npu(BK=BK, BT=BT, BV=BV, SCALE_PATH=SCALE_PATH, es=es, multibuffer=multibuffer) <= budget:
             break
     else:
