@@ -133,7 +133,7 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     make = _resolve(spec.reference.inputs)
     scalar_names = set(spec.signature.scalars)
     wanted = inspect.signature(make).parameters  # the scalars that shape the inputs (chunk_size)
-    inputs = make(**dims, **{k: params[k] for k in scalar_names if k in wanted and k != "scale"},
+    inputs = make(**dims, **{k: params[k] for k in scalar_names if k in wanted},
                   dtype=dtype, seed=seed, device=device)
     for name in scalar_names:  # the case (or the spec default) decides the scalars
         is_dtype = spec.signature.scalars[name].type == "dtype"
