@@ -135,6 +135,9 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     wanted = inspect.signature(make).parameters  # the scalars that shape the inputs (chunk_size)
     inputs = make(**dims, **{k: params[k] for k in scalar_names if k in wanted},
                   dtype=dtype, seed=seed, device=device)
+    for name, arg in spec.signature.tensors.items():  # the case decides which optional inputs exist
+        if arg.optional and not params[f"{name}_given"]:
+            inputs[name] = None
     for name in scalar_names:  # the case (or the spec default) decides the scalars
         is_dtype = spec.signature.scalars[name].type == "dtype"
         inputs[name] = getattr(torch, params[name]) if is_dtype else params[name]
