@@ -22,10 +22,15 @@ def _find_root(start: Path) -> Path:
     raise OpgenError(f"no opgen project (specs/ and templates/) at or above {start}")
 
 
+def _root(args: argparse.Namespace) -> Path:
+    """The project root: ``--root`` or the nearest one above the current directory."""
+    return Path(args.root).resolve() if args.root else _find_root(Path.cwd())
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from . import freeze
 
-    root = Path(args.root).resolve() if args.root else _find_root(Path.cwd())
+    root = _root(args)
     files = freeze.build_all(root)
     if args.check:
         stale = freeze.stale(root, files)
@@ -54,7 +59,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .records import record_path
     from .spec import load_spec
 
-    root = Path(args.root).resolve() if args.root else _find_root(Path.cwd())
+    root = _root(args)
     spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
     chip = profile(args.chip)
     rows = spec.expand_cases(args.cases)
@@ -99,7 +104,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .errors import SpecError
     from .spec import load_spec
 
-    root = Path(args.root).resolve() if args.root else _find_root(Path.cwd())
+    root = _root(args)
     sys.path.insert(0, str(root))
     spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
     if args.baseline not in spec.baselines:
@@ -113,7 +118,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         forced = dict(item.split("=") for item in target.removeprefix("variant:").split(","))
         base = compare.variant_baseline(spec, chip, forced)
     else:
-        base = compare._resolve(target)
+        from .worker import resolve
+
+        base = resolve(target)
     bandwidth = compare.copy_bandwidth(backend)
     print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
     protocol = Protocol(warmup=args.warmup, repeat=args.repeat)

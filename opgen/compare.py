@@ -37,11 +37,6 @@ class CaseResult:
         return self.base_ms / self.ours_ms
 
 
-def _resolve(path: str) -> Callable[..., Any]:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def copy_bandwidth(backend: Backend, nbytes: int = 1 << 30) -> float:
     """Bytes per second of a device-to-device copy, counting bytes read and written."""
     import torch
@@ -82,7 +77,8 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
                                rounds=rounds, protocol=protocol)
     floor_s = spec.traffic_bytes.evaluate(case["params"]) / bandwidth if spec.traffic_bytes else math.nan
     del case, outs
-    torch.cuda.empty_cache() if backend.name == "cuda" else None
+    if backend.name == "cuda":
+        torch.cuda.empty_cache()
     return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
                       firsts[0], firsts[1])
 

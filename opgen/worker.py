@@ -116,7 +116,8 @@ class _State:
         return self.cases[key]
 
 
-def _resolve(path: str):
+def resolve(path: str) -> Any:
+    """The object named by a ``module:name`` path (a spec's references and baselines)."""
     module, name = path.split(":")
     return getattr(importlib.import_module(module), name)
 
@@ -130,7 +131,7 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     params = evaluate_params(spec, case_inputs(spec, case))
     dims = {k: params[k] for k in spec.dim_symbols()}
     dtype = getattr(torch, case.get("dtype", "float32"))
-    make = _resolve(spec.reference.inputs)
+    make = resolve(spec.reference.inputs)
     scalar_names = set(spec.signature.scalars)
     wanted = inspect.signature(make).parameters  # the scalars that shape the inputs (chunk_size)
     inputs = make(**dims, **{k: params[k] for k in scalar_names if k in wanted},
@@ -145,7 +146,7 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     ref_args = {k: inputs.get(k) for k in (*spec.signature.tensors, *scalar_names)}
 
     def reference(path: str):
-        fn = _resolve(path)  # a reference takes the op's arguments it needs (not e.g. output_dtype)
+        fn = resolve(path)  # a reference takes the op's arguments it needs (not e.g. output_dtype)
         wanted = inspect.signature(fn).parameters
         return fn(**{k: v for k, v in ref_args.items() if k in wanted}, device=ref_device)
 

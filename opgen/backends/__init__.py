@@ -37,6 +37,46 @@ class Backend(Protocol):
         """Evict the last-level cache so a timed call reads its inputs from memory."""
 
 
+class EventBackend:
+    """Timing shared by the device backends: device events, and an L2 flush that zeroes a buffer
+    larger than any last-level cache of the chips profiled (Hopper 60 MB, Atlas A2 192 MB).
+
+    Subclasses name ``name`` and return their torch device module (``torch.cuda``, ``torch.npu``).
+    """
+
+    name = ""
+    FLUSH_BYTES = 256 * 1024 * 1024
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self._flush_buffer = None
+
+    def _module(self):
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        self._module().synchronize(self.device)
+
+    def flush(self) -> None:
+        import torch
+
+        if self._flush_buffer is None:
+            self._flush_buffer = torch.empty(self.FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+        self._flush_buffer.zero_()
+
+    def timer(self):
+        events = self._module().Event
+
+        def measure(fn) -> float:
+            start, end = events(enable_timing=True), events(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
+        return measure
+
+
 BACKENDS = {
     "cuda": "opgen.backends.cuda:CudaBackend",
     "npu": "opgen.backends.npu:NpuBackend",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-_L2_FLUSH_BYTES = 256 * 1024 * 1024  # Atlas A2 L2 is 192 MB; flush with more
+from . import EventBackend
 
 
-class NpuBackend:
+class NpuBackend(EventBackend):
     """Times device work with NPU events; core count comes from triton-ascend's driver."""
 
     name = "npu"
@@ -18,8 +18,10 @@ class NpuBackend:
     def __init__(self, device: str = "npu:0") -> None:
         import torch_npu  # noqa: F401  (registers torch.npu)
 
-        self.device = device
-        self._flush_buffer: torch.Tensor | None = None
+        super().__init__(device)
+
+    def _module(self):
+        return torch.npu  # type: ignore[attr-defined]
 
     def toolchain(self) -> dict[str, str]:
         import torch_npu
@@ -27,25 +29,6 @@ class NpuBackend:
 
         return {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
                 "torch_npu": torch_npu.__version__, "device": torch.npu.get_device_name(self.device)}
-
-    def synchronize(self) -> None:
-        torch.npu.synchronize(self.device)
-
-    def flush(self) -> None:
-        if self._flush_buffer is None:
-            self._flush_buffer = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
-        self._flush_buffer.zero_()
-
-    def timer(self):
-        def measure(fn) -> float:
-            start = torch.npu.Event(enable_timing=True)
-            end = torch.npu.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end)
-        return measure
 
     def cores(self) -> int:
         """Cube cores of the device, from the driver (a dot kernel launches this many)."""
