@@ -8,6 +8,8 @@ on a recorded exhaustive sweep).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +27,28 @@ def _find_root(start: Path) -> Path:
 def _root(args: argparse.Namespace) -> Path:
     """The project root: ``--root`` or the nearest one above the current directory."""
     return Path(args.root).resolve() if args.root else _find_root(Path.cwd())
+
+
+def _without(argv: list[str], option: str) -> list[str]:
+    """``argv`` less ``option`` and its value (``--opt V`` or ``--opt=V``)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            out.append(arg)
+    return out
+
+
+def _check_devices(args: argparse.Namespace) -> list[str]:
+    """The ``--devices`` list, refused together with ``--device`` or ``--shard``."""
+    from .errors import UnsupportedInput
+
+    if args.device or args.shard:
+        raise UnsupportedInput("--devices runs one shard per device: leave out --device and --shard")
+    return [d.strip() for d in args.devices.split(",") if d.strip()]
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -57,6 +81,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .errors import UnsupportedInput
     from .hardware import profile
     from .records import record_path
+    from .shard import parse_shard, run_shards
     from .spec import load_spec
 
     root = _root(args)
@@ -64,8 +89,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     chip = profile(args.chip)
     rows = spec.expand_cases(args.cases)
     plans = tune.plan(spec, chip, rows, args.variants.split(",") if args.variants else None)
+    if args.shard:
+        plans = tune.shard_plans(plans, *parse_shard(args.shard), cap=args.trials)
     if args.dry_run:
         print(tune.dry_run_table(spec, chip, plans))
+        return 0
+    if args.devices:  # one shard of the buckets per device, then the cross-check on the first
+        devices = _check_devices(args)
+        argv = [a for a in _without(args.argv, "--devices") if a != "--cross-check"]
+        codes = run_shards(argv, devices)
+        if args.cross_check and not any(codes):
+            codes += run_shards([*_without(argv, "--trials"), "--trials", "0", "--cross-check"], devices[:1])
+        if any(codes):
+            raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
         return 0
     # Tables go stale as records arrive (by design); the kernels must be the ones the build renders.
     stale = [p for p in freeze.stale(root, freeze.build_all(root)) if f"/{spec.op}/kernels/" in p]
@@ -102,6 +138,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .backends import get_backend
     from .bench import Protocol
     from .errors import SpecError
+    from .shard import assign, parse_shard
     from .spec import load_spec
 
     root = _root(args)
@@ -109,6 +146,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
+    rows = spec.expand_cases(args.cases)
+    if args.devices:
+        return _bench_on_devices(args, _check_devices(args), rows)
+    if args.shard:
+        k, n = parse_shard(args.shard)
+        rows = [r for r, s in zip(rows, assign([1.0] * len(rows), n)) if s == k]
     backend = get_backend(args.backend, args.device)
     target = spec.baselines[args.baseline]
     if target.startswith("variant:"):  # the op itself with some axes forced, e.g. variant:ALGO=stage0
@@ -125,13 +168,43 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
     protocol = Protocol(warmup=args.warmup, repeat=args.repeat)
     results = []
-    for row in spec.expand_cases(args.cases):
+    for row in rows:
         results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+    _print_table(results, args)
+    return 0
+
+
+def _print_table(results: list, args: argparse.Namespace) -> None:
+    from . import compare
+
     text = compare.table(results, args.baseline)
     print(text)
     if args.output:
         Path(args.output).write_text(text + "\n")
+
+
+def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[dict]) -> int:
+    """One shard of the cases per device, each side by side in its own process; one table."""
+    import tempfile
+
+    from .compare import CaseResult, case_id
+    from .shard import run_shards
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = [Path(tmp) / f"shard{i}.json" for i in range(len(devices))]
+        argv = _without(_without(args.argv, "--devices"), "--output")
+        codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
+        if any(codes):
+            raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
+        found = {r["case"]: CaseResult(**r) for f in files for r in json.loads(f.read_text())}
+    order = [case_id(row) for row in rows]
+    missing = [c for c in order if c not in found]
+    if missing:
+        raise OpgenError(f"bench shards returned no result for {missing}")
+    _print_table([found[c] for c in order], args)
     return 0
 
 
@@ -179,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
     tune_p.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")
+    tune_p.add_argument("--shard", help="K/N: tune only the K-th of N shares of the buckets (hosts sharing a storage)")
+    tune_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the buckets each, in parallel")
     tune_p.set_defaults(func=_cmd_tune)
     bench_p = sub.add_parser("bench", help="time a generated op against a baseline, side by side")
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
@@ -191,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--repeat", type=int, default=50)
     bench_p.add_argument("--seed", type=int, default=0)
     bench_p.add_argument("--output", help="also write the table to this file")
+    bench_p.add_argument("--shard", help="K/N: run only the K-th of N shares of the cases")
+    bench_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
+    bench_p.add_argument("--json", help="also write the results as JSON (used by --devices)")
     bench_p.set_defaults(func=_cmd_bench)
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")
@@ -201,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     replay_p.add_argument("--within", type=float, default=0.03, help="gap to the exhaustive best that counts as a hit")
     replay_p.add_argument("--seeds", type=int, default=20)
     replay_p.set_defaults(func=_cmd_replay)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     try:
         return args.func(args)
     except OpgenError as exc:

@@ -121,6 +121,19 @@ def plan(spec: OpSpec, profile: ChipProfile, rows: Iterable[dict[str, Any]],
     return out
 
 
+def shard_plans(plans: list[StudyPlan], k: int, n: int, cap: int | None = None) -> list[StudyPlan]:
+    """The studies of the K-th of N shares of the buckets, weighed by the points they may measure
+    (at most ``cap`` per study); every shard computes the same split (``opgen.shard.assign``)."""
+    from .shard import assign
+
+    keys = list(dict.fromkeys(p.bucket.key for p in plans))
+    weight = {key: 0.0 for key in keys}
+    for p in plans:
+        weight[p.bucket.key] += min(len(p.points), cap) if cap else len(p.points)
+    mine = {key for key, s in zip(keys, assign([weight[key] for key in keys], n)) if s == k}
+    return [p for p in plans if p.bucket.key in mine]
+
+
 def dry_run_table(spec: OpSpec, profile: ChipProfile, plans: list[StudyPlan]) -> str:
     """What ``opgen tune --dry-run`` prints: points per study, what was cut and why."""
     lines = [f"{spec.op} on {profile.name}: {len(plans)} studies",

@@ -1,0 +1,90 @@
+"""Work split over several devices: ``--shard K/N`` keeps one share, ``--devices`` runs them all.
+
+A shard is a deterministic share of a list of weighted items (a campaign's buckets, a benchmark's
+cases): items go, heaviest first, to the least loaded share, ties to the lower index, so every
+shard computes the same split on its own. ``run_shards`` starts one ``opgen`` process per device,
+each pinned to its device through the vendor's visibility variable (the process then sees it as
+device 0, which is where Triton launches), and prefixes their output lines with the device.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from typing import Sequence
+
+from .errors import UnsupportedInput
+
+__all__ = ["parse_shard", "assign", "pin", "run_shards"]
+
+_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N) with 0 <= K < N.
+
+    Raises:
+        UnsupportedInput: for anything else.
+    """
+    parts = text.split("/")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise UnsupportedInput(f"--shard must be K/N with whole numbers, got {text!r}")
+    k, n = int(parts[0]), int(parts[1])
+    if n < 1 or not 0 <= k < n:
+        raise UnsupportedInput(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return k, n
+
+
+def assign(weights: Sequence[float], n: int) -> list[int]:
+    """The shard of each item: heaviest first to the least loaded shard (ties: lower index)."""
+    load = [0.0] * n
+    out = [0] * len(weights)
+    for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        target = min(range(n), key=lambda s: (load[s], s))
+        out[i] = target
+        load[target] += weights[i]
+    return out
+
+
+def pin(device: str) -> tuple[dict[str, str], str]:
+    """Environment that shows a process only ``device``, and the name it has there.
+
+    ``cuda:3`` -> ({"CUDA_VISIBLE_DEVICES": "3"}, "cuda:0"); likewise ``npu:N``.
+
+    Raises:
+        UnsupportedInput: for a device that is not ``cuda:N`` or ``npu:N``.
+    """
+    kind, _, index = device.partition(":")
+    if kind not in _VISIBLE or not index.isdigit():
+        raise UnsupportedInput(f"--devices takes cuda:N or npu:N entries, got {device!r}")
+    return {_VISIBLE[kind]: index}, f"{kind}:0"
+
+
+def run_shards(argv: Sequence[str], devices: Sequence[str], extra: Sequence[Sequence[str]] = ()) -> list[int]:
+    """Run ``opgen <argv> --device D --shard i/N [extra[i]]`` once per device, in parallel.
+
+    Output lines are prefixed with ``[device]``; returns the exit codes in device order.
+    """
+    if len(set(devices)) != len(devices):
+        raise UnsupportedInput(f"--devices lists a device twice: {','.join(devices)}")
+    procs = []
+    for i, device in enumerate(devices):
+        env, local = pin(device)
+        cmd = [sys.executable, "-m", "opgen.cli", *argv, "--device", local, "--shard", f"{i}/{len(devices)}",
+               *(extra[i] if extra else ())]
+        procs.append(subprocess.Popen(cmd, env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    lock = threading.Lock()
+
+    def relay(device: str, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            with lock:
+                print(f"[{device}] {line}", end="", flush=True)
+
+    threads = [threading.Thread(target=relay, args=(d, p)) for d, p in zip(devices, procs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [p.wait() for p in procs]

@@ -1,0 +1,107 @@
+"""Work split over devices: shard parsing and assignment, bucket shares of a campaign, and
+``opgen tune --devices`` end to end on the interpreter (devices pinned to the CPU)."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from opgen import cli, shard, tune
+from opgen.errors import UnsupportedInput
+from opgen.hardware import profile
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_tune import RECORDS, _project  # noqa: E402
+
+
+@pytest.mark.parametrize("text", ["1", "2/2", "-1/2", "a/b", "1/0", "0/2/3", ""])
+def test_bad_shards_are_refused(text):
+    with pytest.raises(UnsupportedInput, match="--shard"):
+        shard.parse_shard(text)
+
+
+def test_assign_balances_heaviest_first_and_is_deterministic():
+    weights = [5, 1, 1, 3, 2, 2]
+    split = shard.assign(weights, 2)
+    assert split == shard.assign(weights, 2)
+    loads = [sum(w for w, s in zip(weights, split) if s == k) for k in range(2)]
+    assert sorted(loads) == [7, 7]
+    assert shard.assign(weights, 1) == [0] * 6
+    assert sorted(shard.assign([1, 1, 1], 3)) == [0, 1, 2]
+
+
+def test_pin_shows_one_device_as_device_zero():
+    assert shard.pin("cuda:3") == ({"CUDA_VISIBLE_DEVICES": "3"}, "cuda:0")
+    assert shard.pin("npu:1") == ({"ASCEND_RT_VISIBLE_DEVICES": "1"}, "npu:0")
+    for bad in ("cpu", "cuda", "cuda:x", "tpu:0"):
+        with pytest.raises(UnsupportedInput, match="cuda:N or npu:N"):
+            shard.pin(bad)
+    with pytest.raises(UnsupportedInput, match="twice"):
+        shard.run_shards(["build"], ["cuda:0", "cuda:0"])
+
+
+def test_without_drops_an_option_and_its_value():
+    argv = ["tune", "op", "--devices", "cuda:0,cuda:1", "--trials", "3", "--devices=x", "--cross-check"]
+    assert cli._without(argv, "--devices") == ["tune", "op", "--trials", "3", "--cross-check"]
+
+
+def test_bucket_shares_partition_the_campaign():
+    spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+    plans = tune.plan(spec, profile("h200"), spec.expand_cases("bench"), ["fold_general_tiled", "fold_h1_tiled"])
+    shares = [tune.shard_plans(plans, k, 3, cap=8) for k in range(3)]
+    keys = [{p.bucket.key for p in share} for share in shares]
+    assert all(keys) and not (keys[0] & keys[1]) and not (keys[1] & keys[2]) and not (keys[0] & keys[2])
+    assert sorted(id(p) for share in shares for p in share) == sorted(id(p) for p in plans)
+
+
+def test_tune_on_devices_gives_each_shard_its_buckets(tmp_path, monkeypatch, capsys):
+    root = _project(tmp_path)
+    monkeypatch.setattr(shard, "pin", lambda device: ({}, "cpu"))  # no GPUs here: both run on the CPU
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.chdir(root)
+    code = cli.main(["--root", str(root), "tune", "toy_op", "--chip", "interpreter", "--cases", "two",
+                     "--variants", "good", "--warmup", "1", "--repeat", "2", "--no-progress", "--trials", "3",
+                     "--point-timeout", "30", "--devices", "cuda:0,cuda:1", "--cross-check", "--cross-margin", "0.5"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    records = [json.loads(line) for line in (root / RECORDS).read_text().splitlines()]
+    assert sorted(r["key"] for r in records if r["kind"] == "winner") == [[0], [1]]
+    rows = [line.split()[:3] for line in out.splitlines() if line.split()[2:3] == ["good"]]
+    assert sorted(rows) == [["[cuda:0]", "0", "good"], ["[cuda:1]", "1", "good"]], out  # a bucket each
+    assert "[cuda:0] ok: worst leave-one-out loss" in out  # the cross-check, after both shards
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "toy_op", "--chip", "interpreter", "--devices"])
+    assert cli.main(["--root", str(root), "tune", "toy_op", "--chip", "interpreter", "--cases", "two",
+                     "--devices", "cuda:0", "--shard", "0/2"]) == 2
+    assert "leave out --device and --shard" in capsys.readouterr().err
+
+
+def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch, capsys):
+    from opgen.compare import CaseResult, case_id
+
+    spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+    ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
+    calls = []
+
+    def fake_run_shards(argv, devices, extra):  # what each shard would write with --json
+        calls.append((argv, devices))
+        for i, (_, path) in enumerate(extra):
+            mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
+            Path(path).write_text(json.dumps([CaseResult(c, 1.0, 1.5, 0.5, 1e-3, 2e-3, 0.1, 20.0).__dict__
+                                              for c in reversed(mine)]))
+        return [0] * len(devices)
+
+    monkeypatch.setattr(shard, "run_shards", fake_run_shards)
+    out_file = tmp_path / "table.txt"
+    argv = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla",
+            "--devices", "cuda:0,cuda:1", "--output", str(out_file)]
+    assert cli.main(argv) == 0
+    assert calls == [(["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases",
+                       "bench_fla"], ["cuda:0", "cuda:1"])]
+    table = out_file.read_text().splitlines()
+    assert [line.split()[0] for line in table[1:-1]] == ids
+    assert table[-1].startswith("geomean speedup 1.500x") and f"error no worse than fla on {len(ids)}/{len(ids)}" in table[-1]
+    assert capsys.readouterr().out.strip().endswith(table[-1])
