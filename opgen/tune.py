@@ -12,6 +12,7 @@ Uses ``spec``, ``space``, ``worker``, ``records``, ``hardware``, ``bench``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -83,10 +84,15 @@ class StudyPlan:
     default: Point | None
 
     def name(self, op: str, chip: str, toolchain: dict[str, str]) -> str:
-        """The study's identity: op, variant, bucket, chip and toolchain."""
+        """The study's identity: op, variant, bucket, chip, toolchain and a digest of the values
+        each tunable takes over the feasible points (optuna cannot resume a study whose
+        categorical choices changed, so a changed domain starts a new study)."""
         tools = ",".join(f"{k}={v}" for k, v in sorted(toolchain.items()) if k != "device")
         key = ",".join(str(k) for k in self.bucket.key)
-        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}"
+        domains = {n: sorted({repr(p.config[n]) for p in self.points}) for n, _ in self.points[0].values} \
+            if self.points else {}
+        space = hashlib.sha256(json.dumps(domains, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}|space={space}"
 
 
 def buckets(spec: OpSpec, rows: Iterable[dict[str, Any]]) -> list[Bucket]:

@@ -152,3 +152,20 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert table[2].startswith("1 ") and "from (0,)" in table[2]
     assert table[3].startswith(("ok: worst leave-one-out loss", "FLAGGED: worst leave-one-out loss"))
     assert "(margin 50%)" in table[3]
+
+
+def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
+    """optuna cannot resume a study whose categorical choices changed (TPE refuses the new space):
+    the study's identity carries a digest of its domains, so the edited spec tunes afresh."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    spec = root / "specs" / "toy_op.yaml"
+    spec.write_text(spec.read_text().replace("npu: [16, 32, 64, 128]", "npu: [16, 32, 128]"))
+    _opgen(root, "build")
+    _tune(root, *args)
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
+    assert winners[0]["study"].rsplit("|space=", 1)[0] == winners[1]["study"].rsplit("|space=", 1)[0]
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    assert {r["point"]["BLOCK"] for r in trials if r["study"] == winners[1]["study"]} <= {16, 32}
