@@ -114,7 +114,12 @@ def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[st
     budgets = []
     for rendering, formulas in sorted(spec.budgets.items()):
         for kind, expr in formulas.items():
-            budgets.append((rendering, kind, expr.to_python(), expr.names))
+            if isinstance(expr, dict):  # one formula per kernel: the point needs its largest
+                source = "max(" + ", ".join(e.to_python() for e in expr.values()) + ")"
+                names = tuple(sorted({n for e in expr.values() for n in e.names}))
+                budgets.append((rendering, kind, source, names))
+            else:
+                budgets.append((rendering, kind, expr.to_python(), expr.names))
     by_rendering = {r: (k, names) for r, k, _, names in budgets}
     axes = spec.variants.axes
     out = []
@@ -185,7 +190,9 @@ def _all_exprs(spec: OpSpec) -> list[Expr]:
     exprs = list(spec.params.values()) + [c.rule for c in spec.checks]
     exprs += [f.expr if isinstance(f, KeyField) else f for f in spec.dispatch.key.values()]
     exprs += [v for d in spec.dispatch.defaults.values() for v in d.values() if isinstance(v, Expr)]
-    exprs += [e for f in spec.budgets.values() for e in f.values()]
+    for formulas in spec.budgets.values():
+        for expr in formulas.values():
+            exprs += list(expr.values()) if isinstance(expr, dict) else [expr]
     for options in spec.variants.axes.values():
         for o in options.values():
             exprs += [o.when, *o.fixed.values()]

@@ -43,7 +43,7 @@ from triton._C.libtriton import ir
 
 from opgen.errors import OpgenError
 
-__all__ = ["FrontendResult", "FrontendArgumentError", "FrontendStateError", "ascend_frontend",
+__all__ = ["FrontendResult", "FrontendArgumentError", "FrontendStateError", "ascend_frontend", "run_adapter",
            "check_many"]
 
 # "%a, %b = dialect.op", "dialect.op", or the generic form "\"dialect.op\"(".
@@ -325,14 +325,30 @@ def _check(jit_fn: JITFunction, kwargs: Mapping[str, Any], arch: str, options: M
     except CompilationError as exc:
         return FrontendResult(False, "frontend", str(exc), 0, ())
     ttir = stages["ttir"](module, metadata)
-    try:
-        linalg = stages["ttadapter"](ttir, metadata)
-    except subprocess.CalledProcessError as exc:
-        err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        rc = exc.returncode
-        how = f"was killed by signal {-rc}" if rc < 0 else f"exited with {rc}"
-        return FrontendResult(False, "adapter", f"triton-adapter-opt {how}:\n{err}", 0, ())
+    linalg, failure = run_adapter(stages["ttadapter"], ttir, metadata)
+    if failure is not None:
+        return FrontendResult(False, "adapter", failure, 0, ())
     return FrontendResult(True, "ok", "", len(linalg), _ops_of(linalg))
+
+
+def run_adapter(stage: Any, ttir: Any, metadata: dict[str, Any]) -> tuple[Any, str | None]:
+    """Run the TTIR -> Linalg stage: (its output, None), or (None, why it failed).
+
+    triton-adapter-opt 3.2.0 was seen to die by SIGSEGV once in a few thousand runs on a loaded
+    machine, then accept the same module: a death by signal earns one retry; a rejection (an exit
+    status) none.
+    """
+    for attempt in range(2):
+        try:
+            return stage(ttir, metadata), None
+        except subprocess.CalledProcessError as exc:
+            rc = exc.returncode
+            if rc < 0 and attempt == 0:
+                continue
+            err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            how = f"was killed by signal {-rc}" if rc < 0 else f"exited with {rc}"
+            return None, f"triton-adapter-opt {how}:\n{err}"
+    raise AssertionError("unreachable")
 
 
 def check_many(items: Iterable[tuple[Any, Mapping[str, Any]]],

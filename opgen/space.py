@@ -145,26 +145,38 @@ def fixed_values(spec: OpSpec, variant: Variant, params: Mapping[str, Any]) -> d
     return out
 
 
-def budget_formula(spec: OpSpec, profile: ChipProfile) -> tuple[str, Expr] | None:
-    """The ``(kind, formula)`` checked on ``profile``, or None (no formula, or the interpreter,
-    which has no on-chip memory and no launch options such as ``multibuffer``)."""
+def budget_formula(spec: OpSpec, profile: ChipProfile) -> tuple[str, dict[str, Expr]] | None:
+    """The ``(kind, {kernel: formula})`` checked on ``profile`` (kernel "" for a single formula),
+    or None (no formula, or the interpreter, which has no on-chip memory and no launch options
+    such as ``multibuffer``)."""
     if profile.backend == "interpreter":
         return None
     formulas = spec.budgets.get(profile.rendering, {})
     for kind, expr in formulas.items():
-        return kind, expr
+        return kind, (dict(expr) if isinstance(expr, dict) else {"": expr})
     return None
+
+
+def budget_parts(spec: OpSpec, variant: Variant, config: Mapping[str, Any], params: Mapping[str, Any],
+                 profile: ChipProfile) -> tuple[str, dict[str, int]] | None:
+    """Estimated on-chip bytes of each kernel of a point and the budget kind, or None."""
+    found = budget_formula(spec, profile)
+    if found is None:
+        return None
+    kind, parts = found
+    env = {**params, **variant.flags, **config}
+    return kind, {name: int(expr.evaluate(env)) for name, expr in parts.items()}
 
 
 def budget_bytes(spec: OpSpec, variant: Variant, config: Mapping[str, Any],
                  params: Mapping[str, Any], profile: ChipProfile) -> tuple[str, int] | None:
-    """Estimated on-chip bytes of a point and the budget kind, or None without a formula."""
-    found = budget_formula(spec, profile)
+    """Estimated on-chip bytes of a point (its largest kernel) and the budget kind, or None
+    without a formula."""
+    found = budget_parts(spec, variant, config, params, profile)
     if found is None:
         return None
-    kind, expr = found
-    env = {**params, **variant.flags, **config}
-    return kind, int(expr.evaluate(env))
+    kind, parts = found
+    return kind, max(parts.values())
 
 
 def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
@@ -196,12 +208,15 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
             constrained += 1
             reasons[failed] = reasons.get(failed, 0) + 1
             continue
-        used = budget_bytes(spec, variant, config, params, profile)
-        if used is not None and used[1] > profile.budget(used[0]):
-            over += 1
-            key = f"{used[0]} > {profile.budget(used[0])}"
-            reasons[key] = reasons.get(key, 0) + 1
-            continue
+        used = budget_parts(spec, variant, config, params, profile)
+        if used is not None:
+            limit = profile.budget(used[0])
+            over_parts = [name for name, n in used[1].items() if n > limit]
+            if over_parts:
+                over += 1
+                key = f"{used[0]}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
+                reasons[key] = reasons.get(key, 0) + 1
+                continue
         kept.append(Point(variant.name, tuple(zip(names, values))))
     count = SpaceCount(variant.name, total, dup, constrained, over, len(kept),
                        tuple(sorted(reasons.items())))

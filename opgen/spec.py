@@ -181,7 +181,9 @@ class OpSpec(_Model):
     tunables: dict[Ident, Tunable] = Field(min_length=1)
     constraints: tuple[Formula, ...] = ()
     variants: Variants
-    budgets: dict[Literal["cuda", "npu"], dict[Literal["ub_bytes", "smem_bytes"], Formula]]
+    # One formula per budget kind, or one per kernel ({kernel: formula}): a point fits when every
+    # kernel does, and a cut names the kernel that overflows.
+    budgets: dict[Literal["cuda", "npu"], dict[Literal["ub_bytes", "smem_bytes"], Formula | dict[Ident, Formula]]]
     dispatch: Dispatch
     reference: Reference
     api: Api
@@ -318,7 +320,11 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
         _check_names(file, f"constraints.{i}", expr, tunable_env)
     for backend, formulas in spec.budgets.items():
         for kind, expr in formulas.items():
-            _check_names(file, f"budgets.{backend}.{kind}", expr, tunable_env)
+            parts = expr if isinstance(expr, dict) else {"": expr}
+            if not parts:
+                raise SpecError(file, f"budgets.{backend}.{kind}", "a formula or {kernel: formula, ...}", "{}")
+            for part, formula in parts.items():
+                _check_names(file, f"budgets.{backend}.{kind}" + (f".{part}" if part else ""), formula, tunable_env)
     for field, key in spec.dispatch.key.items():
         expr = key.expr if isinstance(key, KeyField) else key
         _check_names(file, f"dispatch.key.{field}", expr, params)

@@ -128,3 +128,29 @@ def test_bad_arguments() -> None:
         ascend_frontend(gla_toy, {**gla_args(torch.float16), "bogus": 1})
     with pytest.raises(FrontendArgumentError, match="not_an_option"):
         ascend_frontend(gla_toy, gla_args(torch.float16), options={"not_an_option": True})
+
+
+def test_adapter_death_by_signal_is_retried_once_and_a_rejection_never():
+    import subprocess
+
+    from opgen.frontend import run_adapter
+
+    def stage_from(outcomes):
+        calls = []
+
+        def stage(ttir, metadata):
+            calls.append(ttir)
+            rc = outcomes[len(calls) - 1]
+            if rc:
+                raise subprocess.CalledProcessError(rc, "triton-adapter-opt", stderr=b"boom")
+            return "linalg"
+        return stage, calls
+
+    stage, calls = stage_from([-11, 0])
+    assert run_adapter(stage, "ttir", {}) == ("linalg", None) and len(calls) == 2
+    stage, calls = stage_from([-11, -11])
+    out, why = run_adapter(stage, "ttir", {})
+    assert out is None and why.startswith("triton-adapter-opt was killed by signal 11") and len(calls) == 2
+    stage, calls = stage_from([1, 0])
+    out, why = run_adapter(stage, "ttir", {})
+    assert out is None and why.startswith("triton-adapter-opt exited with 1") and "boom" in why and len(calls) == 1

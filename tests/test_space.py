@@ -133,3 +133,37 @@ def test_excluded_combinations_are_not_variants(gla, tmp_path):
     assert "post_general_tiled" in names and "post_h1_persistent" not in names
     assert "fold_h1_persistent" in names and "fold_h1_tiled" not in names
     assert len(names) == len(space.all_variants(gla)) - 4 - 3
+
+
+@pytest.mark.parametrize("row, algo", [
+    (dict(B=1, H=8, N=64, P=64, R=4), "aux"),  # 8 (b, h) programs leave cores idle; no Z; N*P 4096
+    (dict(B=1, H=8, N=64, P=64, R=4, z=True), "rankfold"),  # the aux path has no Z gate
+    (dict(B=1, H=8, N=256, P=128, R=4), "rankfold"),  # N*P over 16384
+    (dict(B=4, H=16, N=64, P=64, R=4), "rankfold"),  # 64 programs fill the 20 cube cores
+    (dict(B=4, H=16, N=64, P=64, R=2), "staged"),
+])
+def test_mamba3_npu_default_routes_like_the_seed(row, algo):
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    z = row.pop("z", False)
+    params = _params(spec, S=256, G=1, chunk_size=16, dtype="bfloat16", mimo_z_given=z, z_given=z, **row)
+    point = space.default_point(spec, profile("ascend910b3"), params)
+    assert space.find_variant(spec, point.variant).flags["ALGO"] == algo
+
+
+def test_budget_per_kernel_names_the_kernel_that_overflows():
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    params = _params(spec, B=1, S=256, H=2, G=1, N=256, P=128, R=4, chunk_size=16, dtype="bfloat16")
+    variant = space.find_variant(spec, "rankfold_static_separate")
+    points, count = space.points(spec, variant, profile("ascend910b3"), params)
+    # two [256, BLOCK_P] fp32 states and the folded keys: only the scan overflows, past BLOCK_P 32
+    assert count.reasons == (("ub_bytes(scan) > 196608", count.over_budget),) and count.over_budget > 0
+    assert {(p.config["BLOCK_P"], p.config["multibuffer"]) for p in points} == {(8, True), (8, False), (16, False), (32, False)}
+    for point in points:
+        kind, parts = space.budget_parts(spec, variant, point.config, params, profile("ascend910b3"))
+        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "scan"} and parts["aux"] == 0
+        assert space.budget_bytes(spec, variant, point.config, params, profile("ascend910b3")) == (kind, max(parts.values()))
+    # the aux path's own kernel counts; the pre-processing kernel alone is over at C=64, N=256
+    wide = _params(spec, B=1, S=256, H=2, G=1, N=256, P=128, R=4, chunk_size=64, dtype="bfloat16")
+    _, cut = space.points(spec, space.find_variant(spec, "aux_static_fused"), profile("ascend910b3"), wide)
+    assert cut.feasible == 0 and all("pre" in reason for reason, _ in cut.reasons)
+    assert any("aux" in reason for reason, _ in cut.reasons)

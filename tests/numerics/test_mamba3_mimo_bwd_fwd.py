@@ -61,6 +61,9 @@ VARIANT_CASES = [  # (B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor)
     (1, 20, 4, 2, 8, 8, 4, 8, "bfloat16", False, True, 2),
     (1, 40, 2, 2, 8, 16, 8, 16, "float16", True, False, 4),
     (2, 24, 2, 1, 16, 8, 1, 8, "bfloat16", True, True, 2),
+    # no Z gate (the aux path): a tail with GQA and R=1, and R=8 with D
+    (2, 36, 4, 2, 8, 16, 1, 8, "float16", False, False, 4),
+    (1, 48, 2, 1, 16, 8, 8, 16, "float32", False, True, 2),
 ]
 
 
