@@ -78,7 +78,9 @@ def _variant_params():
         for variant in space.variants_for(SPEC, rendering):
             cases = [(i, c) for i, c in enumerate(VARIANT_CASES) if _legal(variant, c)]
             assert len(cases) >= 3, variant.name
-            for i, case in cases:
+            # Under the interpreter a cuda rendering differs from its npu twin only in the smallest
+            # tl.dot it takes (both use 16 there): two cases each keep the suite short.
+            for i, case in (cases if rendering == "npu" else cases[:2]):
                 yield pytest.param(rendering, variant.name, case, id=f"{rendering}-{variant.name}-{i}")
 
 
