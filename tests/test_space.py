@@ -143,11 +143,14 @@ def test_excluded_combinations_are_not_variants(gla, tmp_path):
     (dict(B=4, H=16, N=256, P=64, R=2), "staged"),  # N*P = 16384 stays on chip (the seed's N256_P64)
     (dict(B=4, H=16, N=64, P=64, R=4), "rankfold"),  # 64 programs fill the 20 cube cores
     (dict(B=4, H=16, N=64, P=64, R=2), "staged"),
+    (dict(B=4, H=16, N=64, P=64, R=2, S=2048), "post"),  # 128 chunks: the contractions leave the scan
+    (dict(B=4, H=16, N=64, P=64, R=4, S=2048), "rankfold"),
 ])
 def test_mamba3_npu_default_routes_like_the_seed(row, algo):
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     z = row.pop("z", False)
-    params = _params(spec, S=256, G=1, chunk_size=16, dtype="bfloat16", mimo_z_given=z, z_given=z, **row)
+    row.setdefault("S", 256)
+    params = _params(spec, G=1, chunk_size=16, dtype="bfloat16", mimo_z_given=z, z_given=z, **row)
     point = space.default_point(spec, profile("ascend910b3"), params)
     assert space.find_variant(spec, point.variant).flags["ALGO"] == algo
 
@@ -162,7 +165,7 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     assert {(p.config["BLOCK_P"], p.config["multibuffer"]) for p in points} == {(8, True), (8, False), (16, False), (32, False)}
     for point in points:
         kind, parts = space.budget_parts(spec, variant, point.config, params, profile("ascend910b3"))
-        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "scan"} and parts["aux"] == 0
+        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "scan"} and parts["aux"] == parts["post"] == 0
         assert space.budget_bytes(spec, variant, point.config, params, profile("ascend910b3")) == (kind, max(parts.values()))
     # the aux path's own kernel counts; the pre-processing kernel alone is over at C=64, N=256
     wide = _params(spec, B=1, S=256, H=2, G=1, N=256, P=128, R=4, chunk_size=64, dtype="bfloat16")
