@@ -17,6 +17,7 @@ from .expr import Expr, python_helpers
 from .hardware import PROFILES, ChipProfile
 from .render import content_hash, environment, file_hash, header, render
 from .space import budget_formula, variants_for
+from .table import frozen_rows
 from .spec import KeyField, OpSpec, load_specs
 
 GENERATED = "generated"
@@ -203,7 +204,7 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
                 kernel_hashes: dict[str, str]) -> GeneratedFile:
     rec_path = records_mod.record_path(root, chip.name, spec.op)
     rel = rec_path.relative_to(root).as_posix()
-    table = records_mod.frozen_rows(spec, chip, rec_path, kernel_hashes)
+    table = frozen_rows(spec, chip, rec_path, kernel_hashes)
     rec_hash = file_hash([rec_path]) if rec_path.exists() else "none"
     found = budget_formula(spec, chip)
     budget_kind = found[0] if found else None

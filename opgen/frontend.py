@@ -334,9 +334,9 @@ def _check(jit_fn: JITFunction, kwargs: Mapping[str, Any], arch: str, options: M
 def run_adapter(stage: Any, ttir: Any, metadata: dict[str, Any]) -> tuple[Any, str | None]:
     """Run the TTIR -> Linalg stage: (its output, None), or (None, why it failed).
 
-    triton-adapter-opt 3.2.0 was seen to die by SIGSEGV once in a few thousand runs on a loaded
-    machine, then accept the same module: a death by signal earns one retry; a rejection (an exit
-    status) none.
+    triton-adapter-opt 3.2.0 was seen to die by SIGSEGV once in a full test run on a loaded
+    machine, then accept the same module every time: a death by signal earns one retry; a
+    rejection (an exit status) none.
     """
     for attempt in range(2):
         try:

@@ -1,4 +1,4 @@
-"""Tuning records: JSON lines of measured trials and decided winners, and the rows frozen from them.
+"""Tuning records: JSON lines of measured trials and decided winners (frozen by ``opgen.table``).
 
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying
@@ -6,7 +6,7 @@ its full key: op, chip, toolchain, the kernel's content hash, the dispatch key a
 Writers append under an exclusive ``flock`` with flush and fsync; readers skip a torn last line and
 count it, refuse a malformed line elsewhere and refuse a record of another op, chip or schema
 (optuna ``journal/_file.py``; Kernel Tuner ``process_cache``). No clock, no device: dates come from
-the caller. Uses ``errors``, ``expr``, ``hardware``, ``spec``, ``space``.
+the caller. Uses ``errors``, ``expr``, ``spec``.
 """
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping, NamedTuple
+from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
 
-from .errors import BudgetError, ExprError, RecordError, SpecError
+from .errors import RecordError
 from .expr import is_finite_number
-from .hardware import ChipProfile
-from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import KeyField, OpSpec
 
 SCHEMA = 1
@@ -329,7 +327,7 @@ def bucket_index(value: Any, edges: tuple[int, ...]) -> int:
     return next((i for i, edge in enumerate(edges) if value <= edge), len(edges))
 
 
-def _field(field: Any) -> tuple[Any, tuple[int, ...] | None]:
+def split_key_field(field: Any) -> tuple[Any, tuple[int, ...] | None]:
     return (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
 
 
@@ -337,7 +335,7 @@ def key_of(spec: OpSpec, params: Mapping[str, Any]) -> Key:
     """The dispatch key of one shape's params, in ``spec.dispatch.key`` order."""
     out = []
     for field in spec.dispatch.key.values():
-        expr, edges = _field(field)
+        expr, edges = split_key_field(field)
         value = expr.evaluate(params)
         out.append(value if edges is None else bucket_index(value, edges))
     return tuple(out)
@@ -355,218 +353,3 @@ def latest_winners(records: Iterable[Record]) -> dict[Key, WinnerRecord]:
         if isinstance(rec, WinnerRecord):
             out[rec.key] = rec
     return out
-
-
-# --- freezing --------------------------------------------------------------------------------
-class Row(NamedTuple):
-    """One table row: the key, the chosen variant, its tunables in declaration order, a comment."""
-
-    key: Key
-    variant: str
-    point: dict[str, Any]
-    comment: str
-
-
-@dataclass(frozen=True)
-class StaleWinner:
-    """A latest winner that is not frozen, and why (its kernel or the spec changed since tuning)."""
-
-    record: WinnerRecord
-    reason: str
-
-
-@dataclass(frozen=True)
-class FrozenTable:
-    """Rows sorted by key (filled rows included), stale winners sorted by key, torn lines skipped."""
-
-    rows: tuple[Row, ...]
-    stale: tuple[StaleWinner, ...]
-    filled: int
-    torn: int
-
-
-def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
-            override: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Params of a case row, with ``override`` replacing inputs or params by name."""
-    override = override or {}
-    try:
-        env = {**case_inputs(spec, case), **override}
-        for name, expr in spec.params.items():
-            env[name] = override[name] if name in override else expr.evaluate(env)
-    except (SpecError, ExprError) as exc:
-        raise RecordError(f"{where}: case {dict(case)} does not evaluate: {exc}") from None
-    return env
-
-
-def _describe(path: Path, rec: WinnerRecord) -> str:
-    return f"{path}: winner {rec.variant} for key {rec.key} (study {rec.study!r}, {rec.date})"
-
-
-def _stale_reason(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any],
-                  kernel_hashes: Mapping[str, str]) -> str | None:
-    current = kernel_hashes.get(rec.variant)
-    if current is None:
-        return f"variant {rec.variant} has no {chip.rendering} kernel now"
-    if current != rec.kernel_hash:
-        return f"kernel changed: tuned {rec.kernel_hash}, now {current}"
-    key = key_of(spec, params)
-    if key != rec.key:
-        return f"the spec's dispatch key of its case is now {key}"
-    tunables = spec.tunables_for(chip.backend)
-    if set(rec.point) != set(tunables):
-        return f"its tunables {sorted(rec.point)} are not the spec's {sorted(tunables)}"
-    return None
-
-
-def _fits(spec: OpSpec, chip: ChipProfile, variant_name: str, point: Mapping[str, Any],
-          params: Mapping[str, Any]) -> tuple[bool, bool]:
-    """Whether the variant is legal for ``params``, and whether the point fits the chip's budget."""
-    variant = find_variant(spec, variant_name)
-    used = budget_bytes(spec, variant, point, params, chip)
-    return is_legal(spec, variant, params), used is None or used[1] <= chip.budget(used[0])
-
-
-def _comment(rec: WinnerRecord) -> str:
-    parts = [f"median {rec.median_ms:.4f} ms"]
-    if rec.budget is not None:
-        reported = "" if rec.budget.reported is None else f" (reported {rec.budget.reported})"
-        parts.append(f"{rec.budget.kind} {rec.budget.estimate}{reported}")
-    return ", ".join(parts + [f"tuned {rec.date}"])
-
-
-def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str],
-                *, fill: bool = True) -> FrozenTable:
-    """The table rows frozen from the records at ``path`` (none without a file).
-
-    Each key's latest winner is frozen unless stale: its variant has no kernel in ``kernel_hashes``
-    (variant name -> hash of the chip's rendering) or another hash, the spec now gives its case
-    another key, or the spec's tunables changed. Stale winners are listed, never silently dropped.
-
-    Args:
-        fill: also fill untuned bucket combinations from the nearest tuned rows (:func:`fill_nearest`).
-
-    Raises:
-        RecordError: a malformed or foreign record, or a fresh winner illegal for its own case.
-        BudgetError: a fresh winner over the chip's budget.
-    """
-    records = read(path, op=spec.op, chip=chip.name)
-    fresh: dict[Key, WinnerRecord] = {}
-    old: list[StaleWinner] = []
-    for key, rec in latest_winners(records.records).items():
-        params = _params(spec, rec.case, _describe(path, rec))
-        reason = _stale_reason(spec, chip, rec, params, kernel_hashes)
-        if reason is not None:
-            old.append(StaleWinner(rec, reason))
-            continue
-        legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
-        if not legal:
-            raise RecordError(f"{_describe(path, rec)} is not legal for its case {rec.case}")
-        if not fits:
-            raise BudgetError(f"{_describe(path, rec)} exceeds {chip.name}'s budget")
-        fresh[key] = rec
-    tunables = spec.tunables_for(chip.backend)
-    rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
-    filled = fill_nearest(spec, chip, fresh) if fill else []
-    rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
-    old.sort(key=lambda s: sort_key(s.record.key))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn)
-
-
-def stale(spec: OpSpec, chip: ChipProfile, path: Path,
-          kernel_hashes: Mapping[str, str]) -> list[StaleWinner]:
-    """The latest winners at ``path`` that :func:`frozen_rows` does not freeze, sorted by key."""
-    return list(frozen_rows(spec, chip, path, kernel_hashes, fill=False).stale)
-
-
-# --- nearest-bucket fill ---------------------------------------------------------------------
-def _input_deps(spec: OpSpec, names: Iterable[str]) -> set[str]:
-    """The inputs that ``names`` (inputs or params) are computed from."""
-    out: set[str] = set()
-    for name in names:
-        out |= _input_deps(spec, spec.params[name].names) if name in spec.params else {name}
-    return out
-
-
-def _free_fields(spec: OpSpec) -> dict[int, str | None]:
-    """Bucketed key positions that a fill may change: position -> plain name, or None.
-
-    A plain-name field (``K``) is moved to a representative value of the target bucket. Another
-    formula (``B * H * NT``) may change only if one of its inputs is read by no variant's ``when``:
-    the target bucket is then reached through that input, which legality does not see.
-    """
-    when_inputs = _input_deps(spec, {n for options in spec.variants.axes.values()
-                                     for o in options.values() for n in o.when.names})
-    out: dict[int, str | None] = {}
-    for i, field in enumerate(spec.dispatch.key.values()):
-        expr, edges = _field(field)
-        if not edges:
-            continue
-        if expr.names == (expr.source.strip(),):
-            out[i] = expr.names[0]
-        elif _input_deps(spec, expr.names) - when_inputs:
-            out[i] = None
-    return out
-
-
-def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord]) -> list[Row]:
-    """Rows for untuned keys that differ from tuned ones only in bucketed fields.
-
-    For each assignment of the categorical fields among ``tuned``, every combination of bucket
-    indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
-    indices, ties to the smaller buckets, then key order) whose variant is legal and within budget
-    on a representative shape of the target: the source case with each moved plain-name field set
-    to the bucket's upper edge (last edge + 1 past the last). A key with no such row stays
-    unfilled (it takes the spec's default). Comments start ``from <source key>``.
-    """
-    fields_ = list(spec.dispatch.key.values())
-    bucketed = [i for i, f in enumerate(fields_) if _field(f)[1]]
-    if not bucketed or not tuned:
-        return []
-    free = _free_fields(spec)
-    groups: dict[Key, list[Key]] = {}
-    for key in tuned:
-        groups.setdefault(tuple(v for i, v in enumerate(key) if i not in bucketed), []).append(key)
-    counts = [len(_field(fields_[i])[1]) + 1 for i in bucketed]
-    tunables = spec.tunables_for(chip.backend)
-    rows: list[Row] = []
-    for cat in sorted(groups, key=sort_key):
-        for combo in itertools.product(*(range(n) for n in counts)):
-            slots, rest = dict(zip(bucketed, combo)), iter(cat)
-            target = tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
-            if target in tuned:
-                continue
-            for src in sorted(groups[cat], key=_nearest(bucketed, target)):
-                rec = tuned[src]
-                if _fill_fits(spec, chip, rec, src, target, bucketed, free):
-                    point = {n: rec.point[n] for n in tunables}
-                    rows.append(Row(target, rec.variant, point, f"from {src!r}, {_comment(rec)}"))
-                    break
-    return rows
-
-
-def _nearest(bucketed: list[int], target: Key) -> Callable[[Key], tuple[Any, ...]]:
-    """Sort key of candidate source keys: L1 distance, then smaller buckets, then key order."""
-    def order(src: Key) -> tuple[Any, ...]:
-        dist = sum(abs(src[i] - target[i]) for i in bucketed)
-        return dist, tuple(src[i] for i in bucketed), sort_key(src)
-    return order
-
-
-def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
-               bucketed: list[int], free: Mapping[int, str | None]) -> bool:
-    moved = [i for i in bucketed if src[i] != target[i]]
-    if any(i not in free for i in moved):
-        return False
-    fields_ = list(spec.dispatch.key.values())
-    override = {}
-    for i in moved:
-        name, edges = free[i], _field(fields_[i])[1]
-        if name is not None:
-            override[name] = edges[target[i]] if target[i] < len(edges) else edges[-1] + 1
-    params = _params(spec, rec.case, f"fill of {target} from {src}", override)
-    got = key_of(spec, params)
-    unmoved = [i for i in range(len(target)) if not (i in moved and free[i] is None)]
-    if any(got[i] != target[i] for i in unmoved):
-        return False  # the representative shape lands on another key: it cannot stand for it
-    legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
-    return legal and fits

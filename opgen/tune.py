@@ -354,7 +354,7 @@ class Campaign:
         """Re-measure each tuned bucket's winner beside the choice the table would give that
         bucket from the other buckets' winners alone (how a shape between tuned points fares).
         The workers are closed again afterwards."""
-        from .records import fill_nearest
+        from .table import fill_nearest
 
         out = []
         for bucket in buckets_:

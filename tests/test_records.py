@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from opgen import records, space
+from opgen import table as tables
 from opgen.errors import RecordError
 from opgen.hardware import profile
 from opgen.spec import load_spec
@@ -177,10 +178,10 @@ def test_frozen_rows_sorted_deterministic_and_commented(tmp_path, gla, hashes):
     recs = [_winner(gla, dtype="float16"), _winner(gla, K=64, V=64), _winner(gla, H=1, T=8192),
             _winner(gla, scale=2.0), _winner(gla)]
     _write(path, recs)
-    table = records.frozen_rows(gla, CHIP, path, hashes, fill=False)
-    assert records.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
+    table = tables.frozen_rows(gla, CHIP, path, hashes, fill=False)
+    assert tables.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
     _write(path, recs[::-1])
-    assert records.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
+    assert tables.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
     keys = [row.key for row in table.rows]
     assert keys == sorted(keys, key=records.sort_key) and len(keys) == 5 and table.stale == ()
     row = next(r for r in table.rows if r.key == _key(gla, BASE))
@@ -188,12 +189,12 @@ def test_frozen_rows_sorted_deterministic_and_commented(tmp_path, gla, hashes):
     assert list(row.point) == list(gla.tunables_for("cuda"))
     # The latest line decides between two winners of one key, whatever the other lines' order.
     _write(path, recs + [_winner(gla, "fp32_general_tiled", median=0.1)])
-    assert next(r for r in records.frozen_rows(gla, CHIP, path, hashes, fill=False).rows
+    assert next(r for r in tables.frozen_rows(gla, CHIP, path, hashes, fill=False).rows
                 if r.key == row.key).variant == "fp32_general_tiled"
 
 
 def test_no_record_file_means_no_rows(tmp_path, gla, hashes):
-    assert records.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == records.FrozenTable((), (), 0, 0)
+    assert tables.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == tables.FrozenTable((), (), 0, 0)
 
 
 def test_stale_kernel_hash_is_excluded_and_reported(tmp_path, gla, hashes):
@@ -201,21 +202,21 @@ def test_stale_kernel_hash_is_excluded_and_reported(tmp_path, gla, hashes):
     fresh, old = _winner(gla), _winner(gla, "fp32_general_tiled", dtype="float16")
     _write(path, [fresh, old])
     changed = {**hashes, "fp32_general_tiled": "sha256:new"}
-    table = records.frozen_rows(gla, CHIP, path, changed, fill=False)
+    table = tables.frozen_rows(gla, CHIP, path, changed, fill=False)
     assert [r.key for r in table.rows] == [fresh.key]
     assert [s.record for s in table.stale] == [old] and "kernel changed" in table.stale[0].reason
-    assert records.stale(gla, CHIP, path, changed) == list(table.stale)
-    assert records.stale(gla, CHIP, path, hashes) == []
+    assert tables.stale(gla, CHIP, path, changed) == list(table.stale)
+    assert tables.stale(gla, CHIP, path, hashes) == []
     # A winner whose variant has no kernel for the chip's rendering is stale too.
     del changed["fp32_general_tiled"]
-    assert "no cuda kernel" in records.stale(gla, CHIP, path, changed)[0].reason
+    assert "no cuda kernel" in tables.stale(gla, CHIP, path, changed)[0].reason
 
 
 def test_illegal_winner_is_an_error(tmp_path, gla, hashes):
     path = _path(tmp_path)
     _write(path, [_winner(gla, "split_general_tiled")])  # split needs float16
     with pytest.raises(RecordError, match="winner split_general_tiled .* not legal"):
-        records.frozen_rows(gla, CHIP, path, hashes)
+        tables.frozen_rows(gla, CHIP, path, hashes)
 
 
 def _filled(table):
@@ -228,7 +229,7 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     large = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, K=512, B=1)  # K 4
     half = _winner(gla, "post_h1_tiled", dtype="float16", H=1, T=8192)
     _write(path, [small, large, half])
-    table = records.frozen_rows(gla, CHIP, path, hashes)
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
     filled = _filled(table)
     assert table.filled == len(filled) == 2 * 100 - 3  # two groups of 5 K x 5 V x 4 tasks buckets
     assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=records.sort_key)
@@ -247,7 +248,7 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     # Categorical fields never cross: every float16 fill comes from the float16 winner.
     assert {r.variant for k, r in filled.items() if k[0] == "float16"} == {"post_h1_tiled"}
     assert {r.variant for k, r in filled.items() if k[0] == "bfloat16"} == {"post_general_tiled", "fp32_general_tiled"}
-    assert records.frozen_rows(gla, CHIP, path, hashes) == table
+    assert tables.frozen_rows(gla, CHIP, path, hashes) == table
 
 
 def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
@@ -255,13 +256,13 @@ def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
     single_point = {**POINT, "BK": 64, "BV": 64}
     single = _winner(gla, "post_single_tiled", point=single_point, B=2, T=8192, H=8, K=64, V=64)
     _write(path, [single])
-    filled = _filled(records.frozen_rows(gla, CHIP, path, hashes))
+    filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
     assert filled and all(k[4] <= 1 and k[5] <= 1 for k in filled)  # single needs K <= 64 and V <= 64
     assert len(filled) == 2 * 2 * 4 - 1
     # With a general winner farther up, a key past single's reach takes the next legal neighbour.
     general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 3, V bucket 1
     _write(path, [single, general])
-    filled = _filled(records.frozen_rows(gla, CHIP, path, hashes))
+    filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
     target = single.key[:5] + (2,) + single.key[6:]  # K bucket 2: one from both, single is smaller
     assert filled[target].variant == "post_general_tiled"
     assert filled[single.key[:5] + (0,) + single.key[6:]].variant == "post_single_tiled"
