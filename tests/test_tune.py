@@ -94,7 +94,8 @@ def test_dry_run_counts_what_the_budget_and_constraints_cut(tmp_path):
     out = _opgen(root, "tune", "toy_op", "--chip", "ascend910b3", "--cases", "smoke", "--dry-run").stdout
     row = next(line for line in out.splitlines() if line.startswith("0 ") and " good " in line)
     # 4 BLOCK x 2 multibuffer; BLOCK=128 > pow2(50) cut by the constraint twice; all fit the UB
-    assert row.split()[2:7] == ["8", "0", "2", "0", "6"]
+    assert row.split()[2:8] == ["8", "0", "2", "0", "6", "1"]  # ... feasible on all of the bucket's 1 case
+    assert out.rstrip().endswith("feasible: the points that fit every case of the bucket (the ones searched)")
     assert "BLOCK <= max(16, pow2(N)) x2" in row
 
 
