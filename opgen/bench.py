@@ -1,9 +1,14 @@
 """The timing protocol: warm-up, repeats with a cache flush before each, the median, and a
 side-by-side re-measure of the best few so drift between them cancels. Uses ``backends``.
+
+Before each timed call the device is also held busy (``Backend.hold``), so the timer measures the
+device's work: the host's launch overhead (argument checks, dispatch, Triton's launcher) is measured
+apart by :func:`host_overhead`.
 """
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,6 +22,7 @@ class Protocol:
     warmup: int = 5
     repeat: int = 25
     flush: bool = True
+    hold: bool = True
 
 
 DEFAULT = Protocol()
@@ -32,8 +38,24 @@ def measure(backend: Backend, fn: Callable[[], object], protocol: Protocol = DEF
     for _ in range(protocol.repeat):
         if protocol.flush:
             backend.flush()
+        if protocol.hold:
+            backend.hold()
         times.append(timer(fn))
     return times
+
+
+def host_overhead(backend: Backend, fn: Callable[[], object], calls: int = 20) -> float:
+    """Host seconds per call of ``fn``: ``calls`` calls queued back to back behind a held device,
+    so the host never waits for the device (the queue holds far more launches than ``calls``)."""
+    fn()
+    backend.synchronize()
+    backend.hold()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    backend.synchronize()
+    return elapsed / calls
 
 
 def median(times: list[float]) -> float:
@@ -46,7 +68,7 @@ def side_by_side(backend: Backend, fns: dict[str, Callable[[], object]], rounds:
     """Median times of several callables measured in interleaved rounds (same drift for all)."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     per_round = Protocol(warmup=max(1, protocol.warmup // 2), repeat=max(1, protocol.repeat // rounds),
-                         flush=protocol.flush)
+                         flush=protocol.flush, hold=protocol.hold)
     for _ in range(rounds):
         for name in sorted(fns):
             samples[name].extend(measure(backend, fns[name], per_round))

@@ -2,7 +2,8 @@
 
 Prints per case both times, the speed-up, the fraction of the memory floor (bytes the op must
 move over the copy bandwidth measured in the same run), both errors against the float64 golden,
-and the first-call time of each (the baseline's includes its runtime autotuning). Not a test:
+the host time of one call of each (argument checks, dispatch and launch; the device times exclude
+it, see ``bench``) and the first-call time of each (the baseline's includes its runtime autotuning). Not a test:
 numbers depend on the device. Uses ``spec``, ``space``, ``bench``, ``backends``, ``accuracy``.
 """
 from __future__ import annotations
@@ -31,6 +32,8 @@ class CaseResult:
     base_err: float
     ours_first_s: float
     base_first_s: float
+    ours_host_us: float
+    base_host_us: float
 
     @property
     def speedup(self) -> float:
@@ -75,12 +78,13 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     errors = [rel_l2(_first(o), _first(case["golden"])) for o in outs]
     times = bench.side_by_side(backend, {"ours": lambda: op(**args), "base": lambda: base(**args)},
                                rounds=rounds, protocol=protocol)
+    hosts = [bench.host_overhead(backend, lambda fn=fn: fn(**args)) * 1e6 for fn in (op, base)]
     floor_s = spec.traffic_bytes.evaluate(case["params"]) / bandwidth if spec.traffic_bytes else math.nan
     del case, outs
     if backend.name == "cuda":
         torch.cuda.empty_cache()
     return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
-                      firsts[0], firsts[1])
+                      firsts[0], firsts[1], hosts[0], hosts[1])
 
 
 def _first(out: Any) -> Any:
@@ -130,12 +134,13 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
 def table(results: list[CaseResult], baseline: str) -> str:
     """The printed comparison with its summary lines."""
     lines = [f"{'case':<34} {'ours ms':>9} {baseline + ' ms':>9} {'speedup':>8} {'floor ours':>10} "
-             f"{'floor ' + baseline:>10} {'err ours':>9} {'err ' + baseline:>9} {'1st ours s':>10} "
-             f"{'1st ' + baseline + ' s':>10}"]
+             f"{'floor ' + baseline:>10} {'err ours':>9} {'err ' + baseline:>9} {'host ours us':>12} "
+             f"{'host ' + baseline + ' us':>11} {'1st ours s':>10} {'1st ' + baseline + ' s':>10}"]
     for r in results:
         lines.append(f"{r.case:<34} {r.ours_ms:>9.4f} {r.base_ms:>9.4f} {r.speedup:>7.3f}x "
                      f"{r.floor_ms / r.ours_ms:>10.3f} {r.floor_ms / r.base_ms:>10.3f} {r.ours_err:>9.2e} "
-                     f"{r.base_err:>9.2e} {r.ours_first_s:>10.2f} {r.base_first_s:>10.2f}")
+                     f"{r.base_err:>9.2e} {r.ours_host_us:>12.1f} {r.base_host_us:>11.1f} "
+                     f"{r.ours_first_s:>10.2f} {r.base_first_s:>10.2f}")
     if results:
         geo = math.exp(sum(math.log(r.speedup) for r in results) / len(results))
         floor = math.exp(sum(math.log(r.floor_ms / r.ours_ms) for r in results) / len(results))

@@ -84,15 +84,22 @@ class StudyPlan:
     default: Point | None
 
     def name(self, op: str, chip: str, toolchain: dict[str, str]) -> str:
-        """The study's identity: op, variant, bucket, chip, toolchain and a digest of the values
+        """The study's identity: op, variant, bucket, chip, toolchain, a digest of the values
         each tunable takes over the feasible points (optuna cannot resume a study whose
-        categorical choices changed, so a changed domain starts a new study)."""
+        categorical choices changed, so a changed domain starts a new study) and a digest of the
+        bucket's cases (a study's objective is its geomean over them: other cases, other study)."""
         tools = ",".join(f"{k}={v}" for k, v in sorted(toolchain.items()) if k != "device")
         key = ",".join(str(k) for k in self.bucket.key)
         domains = {n: sorted({repr(p.config[n]) for p in self.points}) for n, _ in self.points[0].values} \
             if self.points else {}
-        space = hashlib.sha256(json.dumps(domains, sort_keys=True).encode()).hexdigest()[:8]
-        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}|space={space}"
+        space = _digest(domains)
+        cases = _digest([sorted(row.items()) for row in self.bucket.cases])
+        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}|space={space}|cases={cases}"
+
+
+def _digest(value: Any) -> str:
+    """Eight hex digits of a JSON-able value's sha256."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=repr).encode()).hexdigest()[:8]
 
 
 def buckets(spec: OpSpec, rows: Iterable[dict[str, Any]]) -> list[Bucket]:
@@ -309,7 +316,7 @@ class Campaign:
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
         """Geomean over the bucket's cases of interleaved re-measures of several points."""
         per_round = bench.Protocol(warmup=2, repeat=max(3, self.settings.protocol.repeat // self.settings.rounds),
-                                   flush=self.settings.protocol.flush)
+                                   flush=self.settings.protocol.flush, hold=self.settings.protocol.hold)
         times: dict[Point, list[float]] = {p: [] for p in points_}
         for case in bucket.cases:
             samples: dict[Point, list[float]] = {p: [] for p in points_}

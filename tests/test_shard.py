@@ -90,7 +90,7 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
         calls.append((argv, devices))
         for i, (_, path) in enumerate(extra):
             mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
-            Path(path).write_text(json.dumps([CaseResult(c, 1.0, 1.5, 0.5, 1e-3, 2e-3, 0.1, 20.0).__dict__
+            Path(path).write_text(json.dumps([CaseResult(c, 1.0, 1.5, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
                                               for c in reversed(mine)]))
         return [0] * len(devices)
 

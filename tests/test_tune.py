@@ -167,6 +167,27 @@ def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
     _tune(root, *args)
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
-    assert winners[0]["study"].rsplit("|space=", 1)[0] == winners[1]["study"].rsplit("|space=", 1)[0]
+    assert winners[0]["study"].split("|space=")[0] == winners[1]["study"].split("|space=")[0]
     trials = [r for r in _records(root) if r["kind"] == "trial"]
     assert {r["point"]["BLOCK"] for r in trials if r["study"] == winners[1]["study"]} <= {16, 32}
+
+
+def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
+    """A study's objective is its geomean over the bucket's cases: resuming it on other cases would
+    rank points measured on different inputs against each other."""
+    root = _project(tmp_path)
+    spec = root / "specs" / "toy_op.yaml"
+    spec.write_text(spec.read_text().replace("  two:\n", "  smoke_wider:\n    - {N: 50, dtype: float32}\n"
+                                             "    - {N: 40, dtype: float32}\n  two:\n"))
+    _opgen(root, "build")
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke_wider", "--warmup", "1",
+           "--repeat", "2", "--no-progress", "--date", "2026-11-30", *args)
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert [w["key"] for w in winners] == [[0], [0]]
+    assert winners[0]["study"].split("|cases=")[0] == winners[1]["study"].split("|cases=")[0]
+    assert winners[0]["study"] != winners[1]["study"]
+    studies = {w["study"]: [r for r in _records(root) if r["kind"] == "trial" and r["study"] == w["study"]]
+               for w in winners}
+    assert all(len(trials) >= 1 for trials in studies.values())  # the second study measured afresh

@@ -1,7 +1,7 @@
 """Backends: where a point runs and how it is timed.
 
 A backend is a small object with ``name``, ``device``, ``toolchain()``, ``synchronize()``,
-``timer()`` and ``flush()``; :data:`BACKENDS` maps names to their classes, imported lazily so
+``timer()``, ``flush()`` and ``hold()``; :data:`BACKENDS` maps names to their classes, imported lazily so
 the driver imports where no device stack is installed. Uses ``errors``.
 """
 from __future__ import annotations
@@ -36,16 +36,23 @@ class Backend(Protocol):
     def flush(self) -> None:
         """Evict the last-level cache so a timed call reads its inputs from memory."""
 
+    def hold(self) -> None:
+        """Queue device work long enough to cover the host's launch overhead, so a timer started
+        next measures the device's work, not the host's."""
+
 
 class EventBackend:
     """Timing shared by the device backends: device events, and an L2 flush that zeroes a buffer
     larger than any last-level cache of the chips profiled (Hopper 60 MB, Atlas A2 192 MB).
+    ``hold`` zeroes it ``HOLD_PASSES`` more times: about 0.2 ms on an H200, more on slower memory,
+    longer than a Python call of a generated op or of FLA's wrapper takes to launch its kernel.
 
     Subclasses name ``name`` and return their torch device module (``torch.cuda``, ``torch.npu``).
     """
 
     name = ""
     FLUSH_BYTES = 256 * 1024 * 1024
+    HOLD_PASSES = 3
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -63,6 +70,11 @@ class EventBackend:
         if self._flush_buffer is None:
             self._flush_buffer = torch.empty(self.FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
         self._flush_buffer.zero_()
+
+    def hold(self) -> None:
+        self.flush()
+        for _ in range(self.HOLD_PASSES - 1):
+            self._flush_buffer.zero_()
 
     def timer(self):
         events = self._module().Event

@@ -24,6 +24,9 @@ class InterpreterBackend:
     def flush(self) -> None:
         return None
 
+    def hold(self) -> None:
+        return None
+
     def timer(self):
         def measure(fn) -> float:
             start = time.perf_counter()
