@@ -227,7 +227,8 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
     """The spec's default choice for one shape on one chip (the frozen choice until tuned).
 
     Default formulas also see ``CORES``, the chip's persistent-grid program count (cube cores,
-    SMs). A list-valued default takes its first value whose point fits the chip's budget.
+    SMs); an axis's formula sees the axes before it, a tunable's every axis. A list-valued
+    default takes its first value whose point fits the chip's budget.
 
     Raises:
         BuildError: if the defaults pick an unknown or illegal variant, or nothing fits.
@@ -245,6 +246,7 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
             raise BuildError(f"{spec.path}: dispatch.defaults.{profile.backend}.{axis} gave "
                              f"{option!r}, not an option of {sorted(axes[axis])}")
         combo.append(option)
+        params[axis] = option
     variant = find_variant(spec, "_".join(combo))
     if profile.rendering not in variant.backends or not is_legal(spec, variant, params):
         raise BuildError(f"{spec.op}: default variant {variant.name} is not legal on "

@@ -343,7 +343,9 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
             if name not in needed:
                 raise SpecError(file, at, f"an axis or a {backend} tunable {needed}", name)
             if isinstance(value, Expr):
-                _check_names(file, at, value, params | {"CORES"})
+                # an axis's default may read the axes before it; a tunable's, every axis
+                earlier = set(axes) if name not in axes else set(list(axes)[:list(axes).index(name)])
+                _check_names(file, at, value, params | {"CORES"} | earlier)
                 if not value.names and name in axes:
                     literal = value.evaluate({})
                     if literal not in axes[name]:

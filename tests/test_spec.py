@@ -69,6 +69,8 @@ MALFORMED = [
     ("budget-kernels-empty", _set("budgets.npu.ub_bytes", {}), "budgets.npu.ub_bytes", "a formula or"),
     ("unknown-variant-option", _set("dispatch.defaults.npu.SCALE_PATH", "'fused'"), "dispatch.defaults.npu.SCALE_PATH", "option of axis SCALE_PATH"),
     ("default-for-unknown-name", _set("dispatch.defaults.npu.BQ", "32"), "dispatch.defaults.npu.BQ", "an axis or a npu tunable"),
+    ("default-reads-a-later-axis", _set("dispatch.defaults.npu.SCALE_PATH", "'fold' if SHAPE == 'h1' else 'post'"),
+     "dispatch.defaults.npu.SCALE_PATH", "formula names"),
     ("default-missing-axis", _set("dispatch.defaults.npu.SHAPE", _DELETE), "dispatch.defaults.npu", "a default for 'SHAPE'"),
     ("fixed-unknown-tunable", _set("variants.axes.SHAPE.single.fixed.BQ", "32"), "variants.axes.SHAPE.single.fixed.BQ", "a tunable"),
     ("buckets-not-ascending", _set("dispatch.key.K.buckets", [64, 32]), "dispatch.key.K.buckets", "ascending"),
