@@ -401,7 +401,10 @@ class Campaign:
                 for p in group:
                     if time.monotonic() >= self.deadline:
                         break
-                    enqueue = [x for x in (p.default, earlier.get(key)) if x is not None]
+                    before = earlier.get(key)
+                    if before is not None and p.default is not None:
+                        before = completed(before, p.default)
+                    enqueue = [x for x in (p.default, before) if x is not None]
                     by_variant[p.variant.name] = self.run_study(p, enqueue)
                     bar.update(1)
                     bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
@@ -427,6 +430,13 @@ def make_sampler(settings: Settings, n_points: int):
         return optuna.samplers.RandomSampler(seed=settings.seed)
     return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, constant_liar=settings.batch > 1,
                                       n_startup_trials=min(10, max(2, settings.trials // 3)))
+
+
+def completed(point: Point, template: Point) -> Point:
+    """``point`` with every tunable of ``template``: those it lacks (added to the spec since it was
+    recorded) take the template's value, so an earlier winner still seeds a study after an edit."""
+    have = point.config
+    return Point(point.variant, tuple((name, have.get(name, value)) for name, value in template.values))
 
 
 def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], settings: Settings,

@@ -191,3 +191,28 @@ def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
     studies = {w["study"]: [r for r in _records(root) if r["kind"] == "trial" and r["study"] == w["study"]]
                for w in winners}
     assert all(len(trials) >= 1 for trials in studies.values())  # the second study measured afresh
+
+
+def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added(tmp_path):
+    """Adding a tunable changes every point; the earlier winner, completed with the new tunable's
+    default, is still measured first, beside the spec's default."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    first = [r for r in _records(root) if r["kind"] == "winner"][0]
+    won = first["point"]["BLOCK"]
+    default = 32 if won == 16 else 16
+    spec = root / "specs" / "toy_op.yaml"
+    text = spec.read_text()
+    text = text.replace("  multibuffer: {role: launch,", "  EXTRA: {role: constexpr, domain: {npu: [1, 2, 3]}}\n"
+                                                          "  multibuffer: {role: launch,")
+    text = text.replace('npu: {MODE: "\'good\'", BLOCK: "16",', 'npu: {MODE: "\'good\'", BLOCK: "16", EXTRA: "2",')
+    text = text.replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
+                        f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}", EXTRA: "2"}}')
+    assert text.count("EXTRA") == 3
+    spec.write_text(text)
+    _opgen(root, "build")
+    _tune(root, *args)
+    second = [r for r in _records(root) if r["kind"] == "winner"][1]
+    trials = [r["point"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
+    assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
