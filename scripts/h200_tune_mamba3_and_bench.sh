@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call on the lent H200 pair (kind nvidia-h200-x2, carry .whl and .tune): the
 # mamba3_mimo_bwd_fwd campaign over both GPUs (one share of the buckets each), `opgen build` to
-# freeze it, then both benchmarks (scripts/h200_bench_all.sh). Usage: bash ... OUT_DIR [SECONDS]
+# freeze it, then the benchmarks named by OPS (scripts/h200_bench_all.sh; "gla mamba3" by default,
+# "none" for none). Usage: bash ... OUT_DIR [SECONDS] [OPS]
 set -uo pipefail
-out=${1:?output dir}; seconds=${2:-120}
+out=${1:?output dir}; seconds=${2:-120}; ops=${3:-gla mamba3}
 source scripts/device_env.sh
 python3 -m opgen.cli build --check || exit 1
 python3 -m opgen.cli tune mamba3_mimo_bwd_fwd --chip h200 --cases official --devices cuda:0,cuda:1 \
@@ -13,4 +14,4 @@ python3 -m opgen.cli tune mamba3_mimo_bwd_fwd --chip h200 --cases official --dev
 tail -15 "$out/tune_mamba3.log"
 mkdir -p "$out/records" && cp records/h200/mamba3_mimo_bwd_fwd.jsonl "$out/records/"
 python3 -m opgen.cli build | head -5
-bash scripts/h200_bench_all.sh "$out"
+[ "$ops" = none ] || bash scripts/h200_bench_all.sh "$out" cuda:0,cuda:1 "$ops"
