@@ -1,10 +1,10 @@
 """``opgen bench``: a generated op and a baseline side by side, in one process, on the same inputs.
 
-Prints per case both times, the speed-up, the fraction of the memory floor (bytes the op must
-move over the copy bandwidth measured in the same run), both errors against the float64 golden,
-the host time of one call of each (argument checks, dispatch and launch; the device times exclude
-it, see ``bench``) and the first-call time of each (the baseline's includes its runtime autotuning). Not a test:
-numbers depend on the device. Uses ``spec``, ``space``, ``bench``, ``backends``, ``accuracy``.
+Prints per case both device times, the speed-up, the fraction of the memory floor (bytes the op
+must move over the copy bandwidth measured in the same run), both errors against the float64
+golden, the host time of one call of each (argument checks, dispatch and launch; the device times
+exclude it, see ``bench``) and the first-call time of each (the baseline's includes its runtime
+autotuning). Not a test: numbers depend on the device. Uses ``spec``, ``space``, ``bench``, ``backends``, ``accuracy``.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Backends: where a point runs and how it is timed.
 
 A backend is a small object with ``name``, ``device``, ``toolchain()``, ``synchronize()``,
-``timer()``, ``flush()`` and ``hold()``; :data:`BACKENDS` maps names to their classes, imported lazily so
-the driver imports where no device stack is installed. Uses ``errors``.
+``timer()``, ``flush()`` and ``hold()``; :data:`BACKENDS` maps names to their classes, imported
+lazily so the driver imports where no device stack is installed. Uses ``errors``.
 """
 from __future__ import annotations
 
