@@ -99,7 +99,7 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
     other axes and the tunables come from the spec's defaults for the shape on ``profile``."""
     import torch
 
-    from .space import case_inputs, default_point, evaluate_params, find_variant, fixed_values
+    from .space import case_inputs, default_point, evaluate_params, find_variant, forced_point
 
     def run(**args: Any) -> Any:
         dims: dict[str, Any] = {}
@@ -118,7 +118,7 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
         chosen = default_point(spec, profile, params)
         flags = {**find_variant(spec, chosen.variant).flags, **options}
         variant = find_variant(spec, "_".join(flags[a] for a in spec.variants.axes))
-        point = {**chosen.config, **fixed_values(spec, variant, params)}
+        point = forced_point(spec, profile, variant, params).config
         module = importlib.import_module(f"generated.{spec.op}.kernels.{profile.rendering}.{variant.name}")
         from .worker import _outputs
 

@@ -271,6 +271,13 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
                      f"for {dict(params)}")
 
 
+def forced_point(spec: OpSpec, profile: ChipProfile, variant: Variant, params: Mapping[str, Any]) -> Point:
+    """The spec's default tunables for one shape on one chip with ``variant`` forced: the values
+    the variant fixes replace the defaults (the point may not fit the budget)."""
+    config = {**default_point(spec, profile, params).config, **fixed_values(spec, variant, params)}
+    return Point(variant.name, tuple(config.items()))
+
+
 def _cores_or_none(profile: ChipProfile) -> int | None:
     """The chip's persistent-grid program count where the profile knows it (else the driver
     tells at run time, and a build-time default that needs it fails loudly)."""

@@ -23,7 +23,7 @@ from . import bench
 from .hardware import ChipProfile
 from .records import key_of
 from .space import (Point, SpaceCount, Variant, case_inputs, default_point, evaluate_params,
-                    is_legal, points, variants_for)
+                    forced_point, is_legal, points, variants_for)
 from .spec import OpSpec
 from .worker import Result, Task, Worker
 
@@ -402,8 +402,9 @@ class Campaign:
                     if time.monotonic() >= self.deadline:
                         break
                     before = earlier.get(key)
-                    if before is not None and p.default is not None:
-                        before = completed(before, p.default)
+                    if before is not None:  # tunables added since: the defaults with this variant forced
+                        before = completed(before, forced_point(self.spec, self.profile, p.variant,
+                                                                p.bucket.params[0]))
                     enqueue = [x for x in (p.default, before) if x is not None]
                     by_variant[p.variant.name] = self.run_study(p, enqueue)
                     bar.update(1)

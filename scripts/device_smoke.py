@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from opgen.compare import case_id  # noqa: E402
 from opgen.hardware import profile  # noqa: E402
-from opgen.space import case_inputs, default_point, evaluate_params, fixed_values, is_legal, variants_for  # noqa: E402
+from opgen.space import case_inputs, evaluate_params, forced_point, is_legal, variants_for  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
 from opgen.worker import Task, run_task  # noqa: E402
 
@@ -40,11 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows if args.index is None else [rows[args.index]]:
         flags = ",".join(k for k, v in row.items() if v is True)
         params = evaluate_params(spec, case_inputs(spec, row))
-        config = default_point(spec, chip, params).config
         for variant in variants_for(spec, chip.rendering):
             if not is_legal(spec, variant, params):
                 continue
-            point = {**config, **fixed_values(spec, variant, params)}
+            point = forced_point(spec, chip, variant, params).config
             task = Task(root=str(ROOT), op=spec.op, rendering=chip.rendering, variant=variant.name,
                         point=tuple(sorted(point.items())), case=tuple(sorted(row.items())),
                         backend=chip.backend, device=args.device, programs=chip.cores or 1,

@@ -138,6 +138,16 @@ def test_an_axis_default_reads_the_axes_before_it():
     assert flags["ALGO"] == "staged" and flags["PRE"] == "fused"
 
 
+def test_forced_point_keeps_the_defaults_but_what_the_variant_fixes(gla):
+    params = _params(gla, B=2, T=256, H=4, K=128, V=128, chunk_size=64, dtype="bfloat16")
+    chosen = space.default_point(gla, profile("h200"), params)
+    assert chosen.variant == "fold_general_tiled"
+    forced = space.forced_point(gla, profile("h200"), space.find_variant(gla, "fp32_general_tiled"), params)
+    assert forced.variant == "fp32_general_tiled"
+    assert [n for n, _ in forced.values] == [n for n, _ in chosen.values]  # declaration order
+    assert forced.config == {**chosen.config, "A_PAIR": False}  # the fp32 path fixes A_PAIR
+
+
 def test_excluded_combinations_are_not_variants(gla, tmp_path):
     import yaml
 
