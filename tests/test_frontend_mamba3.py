@@ -1,9 +1,12 @@
 """Every npu kernel of mamba3_mimo_bwd_fwd is accepted by the Ascend front end (TTIR -> Linalg)."""
 import importlib
+import inspect
 from pathlib import Path
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from opgen import space
 from opgen.frontend import ascend_frontend
@@ -38,3 +41,28 @@ def test_npu_kernels_accepted_by_ascend_front_end(variant, dtype, has_z):
         assert options == {"multibuffer": True}
         result = ascend_frontend(kernel, kwargs, arch="Ascend910B3", options=options)
         assert result.accepted, f"{variant} {kernel.__name__ if hasattr(kernel, '__name__') else kernel}: {result.stage}: {result.message[:2000]}"
+
+
+
+_npu = importlib.import_module("generated.mamba3_mimo_bwd_fwd.kernels.npu.stage0_static_separate")
+_cuda = importlib.import_module("generated.mamba3_mimo_bwd_fwd.kernels.cuda.stage0_static_separate")
+_mm = _npu._mm
+
+
+@triton.jit
+def _mm_probe(a_ptr, b_ptr, c_ptr, M: tl.constexpr, K: tl.constexpr, N: tl.constexpr):
+    a = tl.load(a_ptr + tl.arange(0, M)[:, None] * K + tl.arange(0, K)[None, :])
+    b = tl.load(b_ptr + tl.arange(0, K)[:, None] * N + tl.arange(0, N)[None, :])
+    tl.store(c_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :], _mm(a, b, 16, "ieee"))
+
+
+def test_small_dot_fallback_stays_a_reduction():
+    """Below MIN_DOT, _mm must stay an fp32 multiply-reduce: Triton's combine pass rewrote the
+    broadcast form into a dot once M and N reached 16 (tf32 on NVIDIA: stage0's 7.7e-4 error at
+    C=8 on the H200). The shapes include the C=8 state update [N, C] x [C, P]."""
+    assert inspect.getsource(_cuda._mm.fn) == inspect.getsource(_mm.fn)  # one helper, both renderings
+    for M, K, N in ((64, 8, 32), (32, 8, 64), (16, 8, 16), (64, 16, 32)):
+        args = dict(a_ptr=torch.empty(M * K), b_ptr=torch.empty(K * N), c_ptr=torch.empty(M * N), M=M, K=K, N=N)
+        result = ascend_frontend(_mm_probe, args)
+        assert result.accepted, result.message[:2000]
+        assert ("linalg.matmul" in result.ops) == (K >= 16), (M, K, N, result.ops)
