@@ -38,8 +38,9 @@ def test_npu_variant_accepted_by_ascend_front_end(variant, dtype, shape):
     kinds = sorted({(p.config["DOT_PRECISION"], p.config["A_PAIR"]) for p in feasible})
     # fp32 path: ieee and hf32; the half paths: tril(A) cast and as a pair
     assert len(kinds) == 2
-    for kind in kinds:
-        point = next(p for p in feasible if (p.config["DOT_PRECISION"], p.config["A_PAIR"]) == kind)
+    for i, kind in enumerate(kinds):  # the second kind with the intra-chunk loads before the K loop
+        point = next(p for p in feasible if (p.config["DOT_PRECISION"], p.config["A_PAIR"]) == kind
+                     and p.config["EARLY_INTRA"] == (i == 1))
         _, kwargs, options = module.prepare(x["q"], x["v"], x["g"], x["A"], x["h"], o, x["scale"],
                                             use_exp2=K % 32 == 0, BT=C, num_programs=20, point=point.config)
         assert set(options) == {"multibuffer"}
@@ -53,7 +54,8 @@ def test_cuda_rendering_is_refused_where_it_uses_tf32():
     module = importlib.import_module("generated.chunk_gla_fwd_o_gk.kernels.cuda.fp32_general_tiled")
     x = make_inputs(1, 64, 2, 64, 64, 64, dtype=torch.bfloat16, seed=0)
     o = torch.empty_like(x["v"])
-    point = dict(BK=64, BV=64, DOT_PRECISION="tf32", A_PAIR=False, num_warps=4, num_stages=2, occupancy=1)
+    point = dict(BK=64, BV=64, DOT_PRECISION="tf32", A_PAIR=False, EARLY_INTRA=False, EVICT_H=False, num_warps=4,
+                 num_stages=2, occupancy=1)
     _, kwargs, _ = module.prepare(x["q"], x["v"], x["g"], x["A"], x["h"], o, x["scale"], False, 64, 1, point)
     result = ascend_frontend(module.KERNEL, kwargs, arch="Ascend910B3")
     assert not result.accepted and result.stage == "frontend"
