@@ -147,6 +147,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
+    if args.merge:
+        _print_table(_merged(rows, [Path(f) for f in args.merge]), args)
+        return 0
     if args.devices:
         return _bench_on_devices(args, _check_devices(args), rows)
     if args.shard:
@@ -190,7 +193,6 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
     """One shard of the cases per device, each side by side in its own process; one table."""
     import tempfile
 
-    from .compare import CaseResult, case_id
     from .shard import run_shards
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -199,13 +201,29 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
         codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
         if any(codes):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
-        found = {r["case"]: CaseResult(**r) for f in files for r in json.loads(f.read_text())}
+        results = _merged(rows, files)
+    _print_table(results, args)
+    return 0
+
+
+def _merged(rows: list[dict], files: list[Path]) -> list:
+    """The results of the ``--json`` files of bench shards, in case order; every case present once."""
+    from .compare import CaseResult, case_id
+
+    found: dict[str, CaseResult] = {}
+    for f in files:
+        for r in json.loads(f.read_text()):
+            if r["case"] in found:
+                raise OpgenError(f"bench shards: case {r['case']} appears twice (again in {f})")
+            found[r["case"]] = CaseResult(**r)
     order = [case_id(row) for row in rows]
     missing = [c for c in order if c not in found]
     if missing:
         raise OpgenError(f"bench shards returned no result for {missing}")
-    _print_table([found[c] for c in order], args)
-    return 0
+    extra = sorted(set(found) - set(order))
+    if extra:
+        raise OpgenError(f"bench shards hold cases outside the case set: {extra}")
+    return [found[c] for c in order]
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -269,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--shard", help="K/N: run only the K-th of N shares of the cases")
     bench_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
     bench_p.add_argument("--json", help="also write the results as JSON (used by --devices)")
+    bench_p.add_argument("--merge", nargs="+", metavar="JSON",
+                         help="run nothing: print one table from the --json files of shards run apart")
     bench_p.set_defaults(func=_cmd_bench)
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")

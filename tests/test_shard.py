@@ -105,3 +105,27 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
     assert [line.split()[0] for line in table[1:-1]] == ids
     assert table[-1].startswith("geomean speedup 1.500x") and f"error no worse than fla on {len(ids)}/{len(ids)}" in table[-1]
     assert capsys.readouterr().out.strip().endswith(table[-1])
+
+
+def test_bench_merge_joins_shards_run_apart_and_refuses_gaps_and_repeats(tmp_path, capsys):
+    from opgen.compare import CaseResult, case_id
+
+    spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+    ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
+    split = shard.assign([1.0] * len(ids), 2)
+    files = []
+    for k in range(2):  # what `--shard K/2 --json F` writes, one device call each
+        mine = [c for c, s in zip(ids, split) if s == k]
+        files.append(tmp_path / f"s{k}.json")
+        files[-1].write_text(json.dumps([CaseResult(c, 1.0, 2.0 + k, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
+                                         for c in reversed(mine)]))
+    base = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla"]
+    assert cli.main([*base, "--merge", *map(str, files)]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in table[1:-1]] == ids
+    speedups = {line.split()[0]: line.split()[3] for line in table[1:-1]}
+    assert {speedups[c] for c, s in zip(ids, split) if s == 1} == {"3.000x"}
+    assert cli.main([*base, "--merge", str(files[0])]) != 0
+    assert "returned no result for" in capsys.readouterr().err
+    assert cli.main([*base, "--merge", str(files[0]), str(files[0]), str(files[1])]) != 0
+    assert "appears twice" in capsys.readouterr().err

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One share of the chunk_gla_fwd_o_gk benchmark (frozen H200 table against FLA 0.6.0, bench_fla
+# cases) on one H200 (device tool, kind nvidia-h200, carry .whl): for when one GPU is lent and the
+# whole benchmark (FLA autotunes ~30 s per new shape) does not fit one call. Writes OUT/shardK.json;
+# join the shares here with
+#   opgen bench chunk_gla_fwd_o_gk --baseline fla --cases bench_fla --merge shard1.json shard2.json --output T
+# Usage: bash scripts/h200_bench_gla_shard.sh OUT_DIR K/N
+set -uo pipefail
+out=${1:?output dir}; share=${2:?K/N}
+source scripts/device_env.sh
+python3 -m opgen.cli build --check || exit 1
+k=${share%/*}
+python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases bench_fla --shard "$share" \
+    --json "$out/shard$k.json" > "$out/bench_fla_shard$k.log" 2>&1
+cat "$out/bench_fla_shard$k.log"
