@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--trials", type=int, default=40, help="measured points per study at most (0: no search)")
     tune_p.add_argument("--study-seconds", type=float, default=900.0)
     tune_p.add_argument("--campaign-seconds", type=float, default=3 * 3600.0)
-    tune_p.add_argument("--point-timeout", type=float, default=300.0, help="seconds per point")
+    tune_p.add_argument("--point-timeout", type=float, default=300.0,
+                        help="seconds per point (points that timed out under a shorter one are measured again)")
     tune_p.add_argument("--warmup", type=int, default=5)
     tune_p.add_argument("--repeat", type=int, default=25)
     tune_p.add_argument("--seed", type=int, default=0)

@@ -246,7 +246,10 @@ class Campaign:
 
     def measure_batch(self, points_: list[Point], bucket: Bucket) -> list[Measured]:
         """Measure several points: compile and check them in parallel first when the campaign
-        has compile workers (a failure there is final), then time the rest one by one."""
+        has compile workers, then time the rest one by one. A failure in the parallel phase is
+        final, except a timeout: the workers share the device and the host, so a slow point
+        (a large case, a long compile) may only have waited for the others; it is measured
+        again alone, under the same timeout, and a real hang costs two timeouts."""
         if not self.pool or len(points_) < 2:
             return [self.measure(p, bucket) for p in points_]
         import queue
@@ -270,7 +273,8 @@ class Campaign:
         for i, point in enumerate(points_):
             results = checked[i * len(bucket.cases):(i + 1) * len(bucket.cases)]
             failed = next((r for r in results if r.status != "ok"), None)
-            out.append(Measured(point, [failed]) if failed else self.measure(point, bucket))
+            final = failed is not None and failed.status != "timeout"
+            out.append(Measured(point, [failed]) if final else self.measure(point, bucket))
         return out
 
     # --- one study --------------------------------------------------------------------------
@@ -446,7 +450,8 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     """The ask-and-tell loop of one study over a finite set of feasible points.
 
     Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
-    measured again), enqueues ``enqueue`` first (and every point when the space is small), never
+    measured again, and so is a point that timed out under a shorter ``point_timeout`` than this
+    run's: it may only have been slow), enqueues ``enqueue`` first (and every point when the space is small), never
     measures a point twice, prunes suggestions outside the feasible set without measuring, and
     stops at ``settings.trials`` measured points, the deadline or an exhausted space. Points are
     asked ``settings.batch`` at a time (TPE with a constant liar), so ``measure`` may compile a
@@ -467,9 +472,14 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
         study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
     seen: dict[tuple, float | None] = {}
     measured: list[Measured] = []
+    retry: set[tuple] = set()
     for trial in study.get_trials(deepcopy=False):
         if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
             values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+            if timed_out_under(trial.user_attrs) < settings.point_timeout:
+                retry.add(values)
+                continue
+            retry.discard(values)
             seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
             if values in feasible:  # a point the spec no longer allows stays out of the results
                 measured.append(_measured_from_attrs(feasible[values], trial.user_attrs))
@@ -482,7 +492,8 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
         queue += rest
     for point in queue:
         if point.values in feasible and point.values not in seen:
-            study.enqueue_trial({n: point.config[n] for n in searched}, skip_if_exists=True)
+            study.enqueue_trial({n: point.config[n] for n in searched},
+                                skip_if_exists=point.values not in retry)
     distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
     grid = math.prod(len(v) for v in searched.values())
     asked: set[tuple] = set()
@@ -509,7 +520,7 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
         if not batch:
             break
         for (trial, point), result in zip(batch, measure([p for _, p in batch])):
-            for key, value in _attrs_of(result).items():
+            for key, value in {**_attrs_of(result), "point_timeout": settings.point_timeout}.items():
                 trial.set_user_attr(key, value)
             if result.ok:
                 study.tell(trial, result.value)
@@ -539,6 +550,19 @@ class CrossCheck:
     def loss(self) -> float:
         """Relative time lost by the fill choice (0 when it is the bucket's own winner)."""
         return self.fill_ms / self.own_ms - 1.0
+
+
+def timed_out_under(attrs: dict[str, Any]) -> float:
+    """The point timeout under which a stored trial timed out (inf when it did not): its
+    ``point_timeout`` attribute, or for trials stored before it existed, the worker's reason."""
+    import re
+
+    if "timeout" not in attrs.get("status", ()):
+        return math.inf
+    if "point_timeout" in attrs:
+        return float(attrs["point_timeout"])
+    found = [re.search(r"no result after ([0-9.]+) s", r) for r in attrs.get("reason", ())]
+    return min((float(m.group(1)) for m in found if m), default=math.inf)
 
 
 def _attrs_of(m: Measured) -> dict[str, Any]:

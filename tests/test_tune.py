@@ -129,6 +129,32 @@ def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     assert [r["variant"] for r in after if r["kind"] == "winner"] == ["good"]
 
 
+def test_a_longer_point_timeout_measures_the_timed_out_points_again(tmp_path):
+    """A timeout depends on the limit it ran under: a rerun under the same limit measures nothing,
+    one under a longer limit measures the timed-out points again (and only once)."""
+    root = _project(tmp_path)
+    _tune(root, "--variants", "hang", "--point-timeout", "2")
+    first = _records(root)
+    assert len(first) == 3 and {r["reason"] for r in first} == {"no result after 2 s"}
+    _tune(root, "--variants", "hang", "--point-timeout", "2")
+    assert _records(root) == first
+    _tune(root, "--variants", "hang", "--point-timeout", "3")
+    again = _records(root)[3:]
+    assert sorted(r["point"]["BLOCK"] for r in again) == [16, 32, 64]
+    assert {r["reason"] for r in again} == {"no result after 3 s"}
+    _tune(root, "--variants", "hang", "--point-timeout", "3")
+    assert len(_records(root)) == 6
+
+
+def test_timed_out_under_reads_the_attribute_or_the_reason():
+    from opgen.tune import timed_out_under
+
+    assert timed_out_under({"status": ["ok"], "reason": [""]}) == float("inf")
+    assert timed_out_under({"status": ["ok", "timeout"], "reason": ["", "no result after 20 s"]}) == 20.0
+    assert timed_out_under({"status": ["timeout"], "reason": ["no result after 20 s"], "point_timeout": 60}) == 60.0
+    assert timed_out_under({"status": ["timeout"], "reason": ["killed"]}) == float("inf")
+
+
 def test_parallel_compile_workers_record_the_same_statuses(tmp_path):
     root = _project(tmp_path)
     _tune(root, "--point-timeout", "4", "--compile-workers", "2")
@@ -216,3 +242,40 @@ def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added(tmp_path):
     second = [r for r in _records(root) if r["kind"] == "winner"][1]
     trials = [r["point"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
     assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
+
+
+def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_final():
+    """The compile workers share the host and the device: a point that timed out among them is
+    measured again alone; a crash or a wrong result there is final (not measured twice)."""
+    from opgen import tune
+    from opgen.space import Point
+    from opgen.worker import Result
+
+    parallel = {"slow": "timeout", "hang": "timeout", "crash": "crash", "fine": "ok"}
+    alone = {"slow": "ok", "hang": "timeout", "fine": "ok"}
+    serial_calls = []
+
+    class Pool:
+        def run(self, task, timeout):
+            name, timed = task
+            assert not timed and timeout == 7.0
+            return Result(parallel[name], reason="no result after 7 s" if parallel[name] == "timeout" else "")
+
+    class Alone:
+        def run(self, task, timeout):
+            name, timed = task
+            serial_calls.append(name)
+            status = alone[name]
+            return Result(status, median_ms=1.0 if status == "ok" else None)
+
+    campaign = tune.Campaign.__new__(tune.Campaign)
+    campaign.pool, campaign.worker = [Pool(), Pool()], Alone()
+    campaign.settings = tune.Settings(point_timeout=7.0, compile_workers=2)
+    campaign._task = lambda point, case, timed=True, protocol=None: (point.variant, timed)
+    points = [Point(name, (("BLOCK", 16),)) for name in parallel]
+    bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
+    measured = {m.point.variant: m for m in campaign.measure_batch(points, bucket)}
+    assert serial_calls == ["slow", "hang", "fine"]
+    assert measured["slow"].ok and measured["fine"].ok
+    assert [r.status for r in measured["hang"].results] == ["timeout"]
+    assert [r.status for r in measured["crash"].results] == ["crash"]
