@@ -73,29 +73,40 @@ _date = _check(lambda v: isinstance(v, str) and bool(_DATE.match(v)), "a date YY
 
 @dataclass(frozen=True)
 class Budget:
-    """On-chip bytes of a point: the spec's estimate and, where the toolchain reports it, the real figure."""
+    """On-chip bytes of a point: the spec's estimate and, where the toolchain reports it, the real
+    figure; on CUDA also the registers per thread and the spilled registers the compiler reports."""
 
     kind: str
     estimate: int
     reported: int | None = None
+    regs: int | None = None
+    spills: int | None = None
 
     def __post_init__(self) -> None:
         _one_of(*BUDGET_KINDS)(self.kind)
         _int(self.estimate)
-        _opt(_int)(self.reported)
+        for v in (self.reported, self.regs, self.spills):
+            _opt(_int)(v)
+
+    def plain(self) -> dict[str, Any]:
+        """The JSON form: the three budget keys always, regs and spills where known."""
+        out = {"kind": self.kind, "estimate": self.estimate, "reported": self.reported}
+        out.update({k: v for k, v in (("regs", self.regs), ("spills", self.spills)) if v is not None})
+        return out
 
 
 _budget = _check(
     lambda v: v is None or isinstance(v, Budget)
-    or (isinstance(v, Mapping) and set(v) == {"kind", "estimate", "reported"}),
-    "null or an object with keys estimate, kind, reported",
+    or (isinstance(v, Mapping) and {"kind", "estimate", "reported"} <= set(v)
+        <= {"kind", "estimate", "reported", "regs", "spills"}),
+    "null or an object with keys estimate, kind, reported (and optionally regs, spills)",
     lambda v: v if v is None or isinstance(v, Budget) else Budget(**v))
 
 
 def _plain(v: Any) -> Any:
     """The JSON form of a stored field value."""
     if isinstance(v, Budget):
-        return {"kind": v.kind, "estimate": v.estimate, "reported": v.reported}
+        return v.plain()
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     if isinstance(v, Mapping):

@@ -95,6 +95,8 @@ def _comment(rec: WinnerRecord) -> str:
     if rec.budget is not None:
         reported = "" if rec.budget.reported is None else f" (reported {rec.budget.reported})"
         parts.append(f"{rec.budget.kind} {rec.budget.estimate}{reported}")
+        if rec.budget.spills:
+            parts.append(f"{rec.budget.spills} registers spilled")
     return ", ".join(parts + [f"tuned {rec.date}"])
 
 

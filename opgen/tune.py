@@ -308,13 +308,15 @@ class Campaign:
         used = budget_bytes(self.spec, variant, point.config, params, self.profile)
         if used is None:
             return None
+        real = result.reported if result is not None else {}
         reported = None
-        if result is not None:
-            if "shared" in result.reported:
-                reported = result.reported["shared"]
-            elif "required_ub_bits" in result.reported:
-                reported = result.reported["required_ub_bits"] // 8
-        return {"kind": used[0], "estimate": used[1], "reported": reported}
+        if "shared" in real:
+            reported = real["shared"]
+        elif "required_ub_bits" in real:
+            reported = real["required_ub_bits"] // 8
+        out = {"kind": used[0], "estimate": used[1], "reported": reported}
+        out.update({k: real[name] for k, name in (("regs", "n_regs"), ("spills", "n_spills")) if name in real})
+        return out
 
     # --- winners ----------------------------------------------------------------------------
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:

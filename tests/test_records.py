@@ -71,6 +71,33 @@ def test_round_trip_and_line_format(gla):
     assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, 2, 2, 1]
 
 
+def test_compiler_registers_and_spills_are_stored_beside_the_estimate():
+    rec = _trial()
+    data = {**rec.to_json(), "budget": {"kind": "smem_bytes", "estimate": 57344, "reported": 57000,
+                                        "regs": 168, "spills": 12}}
+    got = records.TrialRecord.from_json(data)
+    assert (got.budget.regs, got.budget.spills) == (168, 12)
+    assert json.loads(got.line())["budget"] == data["budget"]
+    assert "regs" not in json.loads(rec.line())["budget"]  # unknown figures are left out, not zeroed
+
+
+def test_a_trials_budget_carries_what_the_compiler_reported(gla):
+    from opgen.tune import Campaign
+    from opgen.worker import Result
+
+    campaign = Campaign.__new__(Campaign)
+    campaign.spec, campaign.profile = gla, CHIP
+    params = space.evaluate_params(gla, space.case_inputs(gla, BASE))
+    variant = space.find_variant(gla, "post_general_tiled")
+    point = space.Point(variant.name, tuple(POINT.items()))
+    estimate = space.budget_bytes(gla, variant, POINT, params, CHIP)[1]
+    got = campaign._budget(variant, point, params, Result("ok", reported={"shared": 49152, "n_regs": 128,
+                                                                          "n_spills": 6}))
+    assert got == {"kind": "smem_bytes", "estimate": estimate, "reported": 49152, "regs": 128, "spills": 6}
+    assert campaign._budget(variant, point, params, Result("crash", "x")) == {
+        "kind": "smem_bytes", "estimate": estimate, "reported": None}
+
+
 @pytest.mark.parametrize("change, match", [
     ({"status": "ok", "reason": "why"}, "reason"),
     ({"status": "crash", "reason": ""}, "reason"),
@@ -79,6 +106,8 @@ def test_round_trip_and_line_format(gla):
     ({"median_ms": float("nan")}, "median_ms: expected a finite number"),
     ({"date": "30/11/2026"}, "date"),
     ({"budget": {"kind": "ub_bytes", "estimate": 1}}, "budget"),
+    ({"budget": {"kind": "smem_bytes", "estimate": 1, "reported": 1, "spill": 0}}, "budget"),
+    ({"budget": {"kind": "smem_bytes", "estimate": 1, "reported": 1, "spills": 0.5}}, "expected an integer"),
     ({"key": "bfloat16"}, "key: expected a list"),
 ])
 def test_invalid_fields_are_refused(change, match):
