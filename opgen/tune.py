@@ -453,11 +453,11 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
 
     Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
     measured again, and so is a point that timed out under a shorter ``point_timeout`` than this
-    run's: it may only have been slow), enqueues ``enqueue`` first (and every point when the space is small), never
-    measures a point twice, prunes suggestions outside the feasible set without measuring, and
-    stops at ``settings.trials`` measured points, the deadline or an exhausted space. Points are
-    asked ``settings.batch`` at a time (TPE with a constant liar), so ``measure`` may compile a
-    batch in parallel before timing its points one by one.
+    run's: it may only have been slow), enqueues ``enqueue`` first (and every point when the space
+    is small), never measures a point twice, prunes suggestions outside the feasible set without
+    measuring, and stops at ``settings.trials`` measured points, the deadline or an exhausted
+    space. Points are asked ``settings.batch`` at a time (TPE with a constant liar), so
+    ``measure`` may compile a batch in parallel before timing its points one by one.
 
     Returns:
         Every point measured in this study, earlier runs included.
