@@ -133,16 +133,16 @@ def test_a_longer_point_timeout_measures_the_timed_out_points_again(tmp_path):
     """A timeout depends on the limit it ran under: a rerun under the same limit measures nothing,
     one under a longer limit measures the timed-out points again (and only once)."""
     root = _project(tmp_path)
-    _tune(root, "--variants", "hang", "--point-timeout", "2")
+    _tune(root, "--variants", "hang", "--point-timeout", "1")
     first = _records(root)
-    assert len(first) == 3 and {r["reason"] for r in first} == {"no result after 2 s"}
-    _tune(root, "--variants", "hang", "--point-timeout", "2")
+    assert len(first) == 3 and {r["reason"] for r in first} == {"no result after 1 s"}
+    _tune(root, "--variants", "hang", "--point-timeout", "1")
     assert _records(root) == first
-    _tune(root, "--variants", "hang", "--point-timeout", "3")
+    _tune(root, "--variants", "hang", "--point-timeout", "1.5")
     again = _records(root)[3:]
     assert sorted(r["point"]["BLOCK"] for r in again) == [16, 32, 64]
-    assert {r["reason"] for r in again} == {"no result after 3 s"}
-    _tune(root, "--variants", "hang", "--point-timeout", "3")
+    assert {r["reason"] for r in again} == {"no result after 1.5 s"}
+    _tune(root, "--variants", "hang", "--point-timeout", "1.5")
     assert len(_records(root)) == 6
 
 
