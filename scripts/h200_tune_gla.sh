@@ -3,20 +3,22 @@
 # a chunk_gla_fwd_o_gk search over both GPUs on one case set, a rebuild of the table, and (when
 # BENCH=1) those cases against FLA 0.6.0. Records land in records/h200/ and OUT/records.
 # Usage: [DEVICES=cuda:0] bash scripts/h200_tune_gla.sh OUT_DIR SECONDS CASES TRIALS VARIANTS [BENCH]
-#   (DEVICES: the GPUs to share the buckets over, cuda:0,cuda:1 by default; cuda:0 on kind nvidia-h200)
+#   (DEVICES: the GPUs to share the buckets over, cuda:0,cuda:1 by default; cuda:0 on kind nvidia-h200;
+#   CROSS_CHECK=1: then each tuned bucket's winner against the row the table would fill it with)
 #   session 3, call 1: bash scripts/h200_tune_gla.sh OUT 300 bench_large_v 30 \
 #       fold_general_tiled,post_general_tiled,fp32_general_tiled,split_general_tiled 1
 #   session 3, call 2: bash scripts/h200_tune_gla.sh OUT 480 bench_fla 20 \
 #       fold_general_tiled,post_general_tiled,fp32_general_tiled,split_general_tiled,fold_h1_tiled,post_h1_tiled,fold_single_tiled,fp32_single_tiled,split_single_tiled
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; cases=${3:?case set}; trials=${4:?trials}; variants=${5:?variants}
-bench=${6:-0}; devices=${DEVICES:-cuda:0,cuda:1}
+bench=${6:-0}; devices=${DEVICES:-cuda:0,cuda:1}; cross=()
+[ "${CROSS_CHECK:-0}" = 1 ] && cross=(--cross-check)
 source scripts/device_env.sh
 python3 -m opgen.cli build --check || exit 1
 mkdir -p .tune "$out/records"
 python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --cases "$cases" --variants "$variants" \
     --trials "$trials" --study-seconds $((trials + 10)) --campaign-seconds "$seconds" --point-timeout 60 \
-    --compile-workers 8 --no-progress --devices "$devices" --storage .tune/h200-chunk_gla_fwd_o_gk.journal \
+    --compile-workers 8 --no-progress --devices "$devices" ${cross[@]+"${cross[@]}"} --storage .tune/h200-chunk_gla_fwd_o_gk.journal \
     > "$out/tune.log" 2>&1
 grep -v "A new study created" "$out/tune.log" | tail -50
 cp records/h200/chunk_gla_fwd_o_gk.jsonl "$out/records/"
