@@ -34,7 +34,9 @@ class Settings:
 
     Attributes:
         trials: measured points per study at most.
-        study_seconds, campaign_seconds: wall-clock budgets.
+        study_seconds, campaign_seconds: wall-clock budgets; a study gets at most
+            ``study_seconds`` and at most an equal share of what the campaign has left
+            (:meth:`Settings.study_budget`), so a tight campaign still reaches every study.
         exhaustive_below: feasible spaces this small are searched exhaustively.
         top_k: best points of each study re-measured side by side.
         tie_margin: relative gap under which two times are a tie (broken by the smaller
@@ -57,6 +59,12 @@ class Settings:
     rounds: int = 5
     compile_workers: int = 0
     protocol: bench.Protocol = bench.DEFAULT
+
+    def study_budget(self, campaign_left: float, studies_left: int) -> float:
+        """Seconds for the next study: ``study_seconds``, or an equal share of the campaign's
+        remaining seconds over the studies still to run when that is less (time a short study
+        leaves unused flows to the later ones)."""
+        return max(0.0, min(self.study_seconds, campaign_left / max(1, studies_left)))
 
     @property
     def batch(self) -> int:
@@ -278,8 +286,10 @@ class Campaign:
         return out
 
     # --- one study --------------------------------------------------------------------------
-    def run_study(self, plan: StudyPlan, enqueue: Iterable[Point] = ()) -> list[Measured]:
-        """Search one variant on one bucket; return every point measured (this run or before)."""
+    def run_study(self, plan: StudyPlan, enqueue: Iterable[Point] = (),
+                  seconds: float | None = None) -> list[Measured]:
+        """Search one variant on one bucket for ``seconds`` at most (``study_seconds`` by
+        default); return every point measured (this run or before)."""
         import optuna
 
         if not plan.points:
@@ -288,7 +298,8 @@ class Campaign:
         study = optuna.create_study(study_name=name, storage=self.storage, direction="minimize",
                                     sampler=make_sampler(self.settings, len(plan.points)),
                                     load_if_exists=True)
-        deadline = min(self.deadline, time.monotonic() + self.settings.study_seconds)
+        seconds = self.settings.study_seconds if seconds is None else seconds
+        deadline = min(self.deadline, time.monotonic() + seconds)
         return search(study, plan.points, enqueue, self.settings, deadline,
                       lambda points_: self.measure_batch(points_, plan.bucket),
                       lambda number, m: self._emit_trial(name, number, plan, m))
@@ -391,7 +402,8 @@ class Campaign:
         return out
 
     def run(self, plans: list[StudyPlan], earlier: dict[tuple, Point] | None = None) -> list[dict[str, Any]]:
-        """Run every study, bucket by bucket, and emit one winner per bucket."""
+        """Run every study, bucket by bucket, each within its share of the campaign's time, and
+        emit one winner per bucket."""
         from tqdm import tqdm
 
         earlier = earlier or {}
@@ -399,6 +411,7 @@ class Campaign:
         for p in plans:
             by_bucket.setdefault(p.bucket.key, []).append(p)
         winners = []
+        left = sum(1 for p in plans if p.points)
         bar = tqdm(total=len(plans), desc=f"tune {self.spec.op} on {self.profile.name}",
                    unit="study", disable=not self.progress)
         try:
@@ -412,7 +425,9 @@ class Campaign:
                         before = completed(before, forced_point(self.spec, self.profile, p.variant,
                                                                 p.bucket.params[0]))
                     enqueue = [x for x in (p.default, before) if x is not None]
-                    by_variant[p.variant.name] = self.run_study(p, enqueue)
+                    seconds = self.settings.study_budget(self.deadline - time.monotonic(), left)
+                    by_variant[p.variant.name] = self.run_study(p, enqueue, seconds)
+                    left -= bool(p.points)
                     bar.update(1)
                     bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
                 winner = self.choose(group[0].bucket, by_variant)

@@ -279,3 +279,32 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
     assert measured["slow"].ok and measured["fine"].ok
     assert [r.status for r in measured["hang"].results] == ["timeout"]
     assert [r.status for r in measured["crash"].results] == ["crash"]
+
+
+def test_a_tight_campaign_shares_its_time_over_the_studies_left():
+    """Each study gets at most an equal share of what the campaign has left, so the last buckets
+    are not starved; time a study leaves unused flows to the later ones."""
+    from types import SimpleNamespace
+
+    from opgen import tune
+
+    settings = tune.Settings(study_seconds=100.0)
+    assert settings.study_budget(1000.0, 4) == 100.0
+    assert settings.study_budget(90.0, 3) == 30.0
+    assert settings.study_budget(-5.0, 2) == 0.0
+    campaign = tune.Campaign.__new__(tune.Campaign)
+    campaign.settings, campaign.progress, campaign.pool = settings, False, []
+    campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
+    campaign.worker = SimpleNamespace(close=lambda: None)
+    campaign.choose = lambda bucket, by_variant: None
+    given = []
+    campaign.run_study = lambda plan, enqueue, seconds: given.append((plan.variant.name, seconds)) or []
+    plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name=v),
+                             default=None, points=() if v == "empty" else (1,))
+             for k in range(3) for v in ("a", "b", "empty")]
+    campaign.deadline = time.monotonic() + 60.0
+    campaign.run(plans)
+    # six studies with points (an empty one counts for none), each returning at once:
+    # 60 s over 6, then over 5, 4, 3, 2 and 1
+    assert len(given) == 9
+    assert [round(t) for v, t in given if v != "empty"] == [10, 12, 15, 20, 30, 60]
