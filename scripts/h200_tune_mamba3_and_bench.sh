@@ -16,5 +16,6 @@ python3 -m opgen.cli tune mamba3_mimo_bwd_fwd --chip h200 --cases official --dev
     --storage .tune/h200-mamba3_mimo_bwd_fwd.journal 2>&1 | grep -v "A new study created" > "$out/tune_mamba3.log"
 tail -15 "$out/tune_mamba3.log"
 mkdir -p "$out/records" && cp records/h200/mamba3_mimo_bwd_fwd.jsonl "$out/records/"
+cp .tune/h200-mamba3_mimo_bwd_fwd.journal "$out/" 2>/dev/null || true
 python3 -m opgen.cli build | head -5
 [ "$ops" = none ] || bash scripts/h200_bench_all.sh "$out" "$devices" "$ops"
