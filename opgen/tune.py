@@ -572,14 +572,14 @@ class CrossCheck:
 def timed_out_under(attrs: dict[str, Any]) -> float:
     """The point timeout under which a stored trial timed out (inf when it did not): its
     ``point_timeout`` attribute, or for trials stored before it existed, the worker's reason."""
-    import re
+    from .worker import timeout_of_reason
 
     if "timeout" not in attrs.get("status", ()):
         return math.inf
     if "point_timeout" in attrs:
         return float(attrs["point_timeout"])
-    found = [re.search(r"no result after ([0-9.]+) s", r) for r in attrs.get("reason", ())]
-    return min((float(m.group(1)) for m in found if m), default=math.inf)
+    limits = [timeout_of_reason(r) for r in attrs.get("reason", ())]
+    return min((x for x in limits if x is not None), default=math.inf)
 
 
 def _attrs_of(m: Measured) -> dict[str, Any]:

@@ -74,6 +74,20 @@ class Result:
     seconds: float = 0.0
 
 
+def timeout_reason(seconds: float) -> str:
+    """The reason of a ``timeout`` result: the limit it ran under, read back by
+    :func:`timeout_of_reason`."""
+    return f"no result after {seconds:g} s"
+
+
+def timeout_of_reason(reason: str) -> float | None:
+    """The limit a :func:`timeout_reason` names (None for any other reason)."""
+    import re
+
+    found = re.fullmatch(r"no result after ([0-9.e+-]+) s", reason)
+    return float(found.group(1)) if found else None
+
+
 def _classify(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     if any(s in text for s in _OVER_BUDGET):
@@ -307,7 +321,7 @@ class Worker:
         self._conn.send(task)
         if not self._conn.poll(timeout):
             self.close(kill=True)
-            return Result("timeout", f"no result after {timeout:g} s", seconds=time.perf_counter() - start)
+            return Result("timeout", timeout_reason(timeout), seconds=time.perf_counter() - start)
         try:
             result = self._conn.recv()
         except (EOFError, ConnectionResetError):
