@@ -17,6 +17,7 @@ CHIP = profile("h200")
 TOOLS = {"triton": "3.6.0", "torch": "2.11.0", "cuda": "13.0"}
 BASE = {"B": 4, "T": 2048, "H": 16, "K": 128, "V": 128, "chunk_size": 64, "dtype": "bfloat16"}
 POINT = {"BK": 64, "BV": 64, "DOT_PRECISION": "ieee", "A_PAIR": False, "EARLY_INTRA": False, "EVICT_H": False,
+         "TRIL_LOAD": False,
          "num_warps": 4, "num_stages": 2, "occupancy": 1}
 
 
