@@ -54,7 +54,7 @@ def test_cuda_rendering_is_refused_where_it_uses_tf32():
     module = importlib.import_module("generated.chunk_gla_fwd_o_gk.kernels.cuda.fp32_general_tiled")
     x = make_inputs(1, 64, 2, 64, 64, 64, dtype=torch.bfloat16, seed=0)
     o = torch.empty_like(x["v"])
-    point = dict(BK=64, BV=64, DOT_PRECISION="tf32", A_PAIR=False, EARLY_INTRA=False, EVICT_H=False, num_warps=4,
+    point = dict(BK=64, BV=64, DOT_PRECISION="tf32", A_PAIR=False, EARLY_INTRA=False, EVICT_H=False, TRIL_LOAD=False, num_warps=4,
                  num_stages=2, occupancy=1)
     _, kwargs, _ = module.prepare(x["q"], x["v"], x["g"], x["A"], x["h"], o, x["scale"], False, 64, 1, point)
     result = ascend_frontend(module.KERNEL, kwargs, arch="Ascend910B3")

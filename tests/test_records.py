@@ -17,6 +17,7 @@ CHIP = profile("h200")
 TOOLS = {"triton": "3.6.0", "torch": "2.11.0", "cuda": "13.0"}
 BASE = {"B": 4, "T": 2048, "H": 16, "K": 128, "V": 128, "chunk_size": 64, "dtype": "bfloat16"}
 POINT = {"BK": 64, "BV": 64, "DOT_PRECISION": "ieee", "A_PAIR": False, "EARLY_INTRA": False, "EVICT_H": False,
+         "TRIL_LOAD": False,
          "num_warps": 4, "num_stages": 2, "occupancy": 1}
 
 
@@ -68,7 +69,7 @@ def test_round_trip_and_line_format(gla):
         data = json.loads(line)
         assert data["schema"] == records.SCHEMA and data["kind"] == type(rec).KIND
         assert type(rec).from_json(data) == rec
-    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, 2, 2, 1]
+    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, 3, 3, 1]
 
 
 def test_compiler_registers_and_spills_are_stored_beside_the_estimate():
@@ -184,9 +185,9 @@ def test_foreign_records_are_refused(tmp_path):
 
 
 def test_key_of_buckets_like_the_generated_code(gla):
-    assert _key(gla, BASE) == ("bfloat16", 64, False, False, 2, 2, 1)
+    assert _key(gla, BASE) == ("bfloat16", 64, False, False, 3, 3, 1)
     assert [records.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
-    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 4, 0)  # 4*1*64 tasks
+    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 5, 0)  # 4*1*64 tasks
     assert _key(gla, {**BASE, "scale": 2.0})[2] is True
 
 
@@ -255,13 +256,13 @@ def _filled(table):
 
 def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, hashes):
     path = _path(tmp_path)
-    small = _winner(gla)  # K, V buckets 2, 2
-    large = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, K=512, B=1)  # K 4
+    small = _winner(gla)  # K, V buckets 3, 3
+    large = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, K=512, B=1)  # K 5
     half = _winner(gla, "post_h1_tiled", dtype="float16", H=1, T=8192)
     _write(path, [small, large, half])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
     filled = _filled(table)
-    assert table.filled == len(filled) == 2 * 100 - 3  # two groups of 5 K x 5 V x 4 tasks buckets
+    assert table.filled == len(filled) == 2 * 144 - 3  # two groups of 6 K x 6 V x 4 tasks buckets
     assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=records.sort_key)
 
     def at(base, **idx):
@@ -271,9 +272,9 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
             key[pos[name]] = value
         return filled[tuple(key)]
 
-    assert at(small, K=3).comment.startswith(f"from {small.key!r}, median 0.1234 ms")  # tie: smaller bucket
-    assert at(small, K=3, V=4).variant == "post_general_tiled"  # tie again
-    assert at(small, K=4, V=0).variant == "fp32_general_tiled"  # 2 from large, 4 from small
+    assert at(small, K=4).comment.startswith(f"from {small.key!r}, median 0.1234 ms")  # tie: smaller bucket
+    assert at(small, K=4, V=5).variant == "post_general_tiled"  # tie again
+    assert at(small, K=5, V=0).variant == "fp32_general_tiled"  # 3 from large, 5 from small
     assert at(small, K=0, tasks=3).variant == "post_general_tiled"  # tasks moves through B, T
     # Categorical fields never cross: every float16 fill comes from the float16 winner.
     assert {r.variant for k, r in filled.items() if k[0] == "float16"} == {"post_h1_tiled"}
@@ -290,10 +291,10 @@ def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
     assert filled and all(k[4] <= 1 and k[5] <= 1 for k in filled)  # single needs K <= 64 and V <= 64
     assert len(filled) == 2 * 2 * 4 - 1
     # With a general winner farther up, a key past single's reach takes the next legal neighbour.
-    general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 3, V bucket 1
+    general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 4, V bucket 1
     _write(path, [single, general])
     filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
-    target = single.key[:5] + (2,) + single.key[6:]  # K bucket 2: one from both, single is smaller
+    target = single.key[:5] + (2,) + single.key[6:]  # V bucket 2: single is nearer but illegal there
     assert filled[target].variant == "post_general_tiled"
     assert filled[single.key[:5] + (0,) + single.key[6:]].variant == "post_single_tiled"
 

@@ -132,3 +132,24 @@ def test_shape_errors_name_the_tensor():
         golden(**dict(inp, chunk_size=8))
     with pytest.raises(OpgenError, match="chunk_size"):
         golden(**dict(inp, chunk_size=True))
+
+
+@pytest.mark.parametrize("dtype, chunk", [(torch.bfloat16, 64), (torch.float16, 32)])
+def test_traffic_formula_counts_each_operand_once_and_the_lower_triangle_of_A(dtype, chunk):
+    """The memory floor's bytes, from the tensors themselves: q, v, g, h read and o written once;
+    of A only the entries the op reads (s <= t within a chunk)."""
+    from pathlib import Path
+
+    from opgen import space
+    from opgen.spec import load_spec
+
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root / "specs" / "chunk_gla_fwd_o_gk.yaml", root)
+    B, T, H, K, V = 2, 4 * chunk, 3, 48, 40
+    x = make_inputs(B, T, H, K, V, chunk, dtype=dtype, seed=0)
+    used = torch.tril(torch.ones(chunk, chunk)).sum().item() * B * H * (T // chunk)
+    expected = sum(x[n].numel() * x[n].element_size() for n in ("q", "v", "g", "h"))
+    expected += x["v"].numel() * x["v"].element_size() + used * x["A"].element_size()
+    row = {"B": B, "T": T, "H": H, "K": K, "V": V, "chunk_size": chunk, "dtype": str(dtype).removeprefix("torch.")}
+    params = space.evaluate_params(spec, space.case_inputs(spec, row))
+    assert spec.traffic_bytes.evaluate(params) == expected

@@ -47,7 +47,8 @@ def test_budget_filter_on_ascend(gla):
     params = _params(gla, B=1, T=4096, H=16, K=128, V=128, chunk_size=64, dtype="float16")
     variant = space.find_variant(gla, "fp32_general_persistent")
     points, count = space.points(gla, variant, profile("ascend910b3"), params)
-    assert count.total == 3 * 3 * 2 * 2 * 2 * 1 * 2 * 1  # BK BV DOT_PRECISION A_PAIR EARLY_INTRA EVICT_H multibuffer occupancy
+    # BK BV DOT_PRECISION A_PAIR EARLY_INTRA EVICT_H TRIL_LOAD multibuffer occupancy
+    assert count.total == 3 * 3 * 2 * 2 * 2 * 1 * 1 * 2 * 1
     assert count.duplicates == count.total // 2  # the fp32 path fixes A_PAIR
     assert count.feasible == len(points) == count.total - count.duplicates - count.constrained - count.over_budget
     assert count.over_budget > 0

@@ -72,12 +72,13 @@ def test_every_variant(rendering, chip, variant, dtype, shape, use_exp2):
     launch_options = {n for n, t in SPEC.tunables.items() if t.role == "launch"}
     seed = hash((variant.name, dtype, shape["T"])) % 1000
     # smallest tiles with every option off; the largest that fit with the loads moved before the K
-    # loop (and h loaded evict-first where cuda searches it)
-    corners = (feasible[0], next(p for p in reversed(feasible)
-                                 if p.config["EARLY_INTRA"] and p.config["EVICT_H"] == (rendering == "cuda")))
+    # loop (and, where cuda searches them, h loaded evict-first and A through its triangular mask)
+    cuda = rendering == "cuda"
+    corners = (feasible[0], next(p for p in reversed(feasible) if p.config["EARLY_INTRA"]
+                                 and p.config["EVICT_H"] == cuda and p.config["TRIL_LOAD"] == cuda))
     if variant.flags["SCALE_PATH"] != "fp32":  # A_PAIR off and on (cuda searches the pair only)
         assert [p.config["A_PAIR"] for p in corners] == ([False, True] if rendering == "npu" else [True, True])
-    assert not corners[0].config["EARLY_INTRA"] and not corners[0].config["EVICT_H"]
+    assert not any(corners[0].config[n] for n in ("EARLY_INTRA", "EVICT_H", "TRIL_LOAD"))
     errors = {}
     for point in corners:
         x = make_inputs(**shape, dtype=DTYPES[dtype], seed=seed)
