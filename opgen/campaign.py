@@ -6,9 +6,10 @@ summary and the leave-one-out cross-check report. Uses ``tune``, ``records``, ``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .hardware import ChipProfile
+from .records import Record
 from .space import Point, variants_for
 from .spec import OpSpec
 from .tune import Campaign, CrossCheck, Settings
@@ -73,12 +74,12 @@ def summary(winners: list[dict[str, Any]], key_names: tuple[str, ...]) -> str:
 
 def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | None, storage: str,
                   settings: Settings, records_path: Path, date: str,
-                  progress: bool = True) -> tuple[Campaign, dict[tuple, Point]]:
+                  progress: bool = True) -> tuple[Campaign, dict[tuple, list[Point]]]:
     """A campaign on the chip's backend, refusing a device that is not that chip, plus the
     earlier winners in the records (enqueued first by :meth:`Campaign.run`)."""
     from .backends import get_backend
     from .errors import UnsupportedInput
-    from .records import latest_winners, read
+    from .records import read
 
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
@@ -95,11 +96,33 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     else:
         programs = backend.cores() if name == "npu" else chip.cores
     hashes = kernel_hashes(root, spec, chip.rendering)
-    earlier = {}
-    if records_path.exists():
-        found = read(records_path, op=spec.op, chip=chip.name).records
-        earlier = {k: Point(w.variant, tuple(w.point.items())) for k, w in latest_winners(found).items()}
+    earlier = earlier_winners(spec, read(records_path, op=spec.op, chip=chip.name).records) \
+        if records_path.exists() else {}
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
     campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
                         toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
     return campaign, earlier
+
+
+def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> dict[tuple, list[Point]]:
+    """Up to ``keep`` distinct earlier winners of each bucket, newest first, keyed as the current
+    spec buckets the case each was tuned on: a winner still seeds its shape's study after the
+    dispatch edges moved (a case the spec no longer accepts keeps its stored key), and an older
+    winner is tried again after a kernel edit, when the newest one may come from a shorter search."""
+    from .errors import OpgenError
+    from .records import WinnerRecord, key_of
+    from .space import case_inputs, evaluate_params
+
+    out: dict[tuple, list[Point]] = {}
+    for rec in reversed(list(records)):
+        if not isinstance(rec, WinnerRecord):
+            continue
+        try:
+            key = key_of(spec, evaluate_params(spec, case_inputs(spec, rec.case)))
+        except OpgenError:
+            key = tuple(rec.key)
+        found = out.setdefault(key, [])
+        point = Point(rec.variant, tuple(sorted(rec.point.items())))
+        if point not in found and len(found) < keep:
+            found.append(point)
+    return out

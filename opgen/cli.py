@@ -125,9 +125,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")
     if args.cross_check:
-        from .records import latest_winners, read
+        from .table import fresh_winners
 
-        tuned = latest_winners(read(path, op=spec.op, chip=chip.name).records) if path.exists() else {}
+        tuned = fresh_winners(spec, chip, path, campaign.kernel_hash)
         checks = campaign.cross_check(tune.buckets(spec, rows), tuned)
         print(campaign_mod.cross_report(checks, args.cross_margin))
     return 0

@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import Key, WinnerRecord, key_of, latest_winners, read, sort_key, split_key_field
+from .records import Key, Record, WinnerRecord, key_of, latest_winners, read, sort_key, split_key_field
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
-__all__ = ["Row", "StaleWinner", "FrozenTable", "frozen_rows", "stale", "fill_nearest"]
+__all__ = ["Row", "StaleWinner", "FrozenTable", "frozen_rows", "fresh_winners", "stale", "fill_nearest"]
 
 
 class Row(NamedTuple):
@@ -116,9 +116,29 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         BudgetError: a fresh winner over the chip's budget.
     """
     records = read(path, op=spec.op, chip=chip.name)
+    fresh, old = _split(spec, chip, path, records.records, kernel_hashes)
+    tunables = spec.tunables_for(chip.backend)
+    rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
+    filled = fill_nearest(spec, chip, fresh) if fill else []
+    rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
+    old.sort(key=lambda s: sort_key(s.record.key))
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn)
+
+
+def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
+                  kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
+    """The latest winners at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
+    if not path.exists():
+        return {}
+    return _split(spec, chip, path, read(path, op=spec.op, chip=chip.name).records, kernel_hashes)[0]
+
+
+def _split(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
+           kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], list[StaleWinner]]:
+    """Each key's latest winner, fresh or stale (with its reason)."""
     fresh: dict[Key, WinnerRecord] = {}
     old: list[StaleWinner] = []
-    for key, rec in latest_winners(records.records).items():
+    for key, rec in latest_winners(records).items():
         params = _params(spec, rec.case, _describe(path, rec))
         reason = _stale_reason(spec, chip, rec, params, kernel_hashes)
         if reason is not None:
@@ -130,12 +150,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         if not fits:
             raise BudgetError(f"{_describe(path, rec)} exceeds {chip.name}'s budget")
         fresh[key] = rec
-    tunables = spec.tunables_for(chip.backend)
-    rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
-    filled = fill_nearest(spec, chip, fresh) if fill else []
-    rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
-    old.sort(key=lambda s: sort_key(s.record.key))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn)
+    return fresh, old
 
 
 def stale(spec: OpSpec, chip: ChipProfile, path: Path,

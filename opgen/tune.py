@@ -401,9 +401,10 @@ class Campaign:
             worker.close()
         return out
 
-    def run(self, plans: list[StudyPlan], earlier: dict[tuple, Point] | None = None) -> list[dict[str, Any]]:
+    def run(self, plans: list[StudyPlan], earlier: dict[tuple, list[Point]] | None = None) -> list[dict[str, Any]]:
         """Run every study, bucket by bucket, each within its share of the campaign's time, and
-        emit one winner per bucket."""
+        emit one winner per bucket; each study measures the spec's default and ``earlier`` winners
+        of its bucket first."""
         from tqdm import tqdm
 
         earlier = earlier or {}
@@ -420,11 +421,10 @@ class Campaign:
                 for p in group:
                     if time.monotonic() >= self.deadline:
                         break
-                    before = earlier.get(key)
-                    if before is not None:  # tunables added since: the defaults with this variant forced
-                        before = completed(before, forced_point(self.spec, self.profile, p.variant,
-                                                                p.bucket.params[0]))
-                    enqueue = [x for x in (p.default, before) if x is not None]
+                    enqueue = [x for x in (p.default,) if x is not None]
+                    if earlier.get(key):  # tunables added since: the defaults with this variant forced
+                        template = forced_point(self.spec, self.profile, p.variant, p.bucket.params[0])
+                        enqueue += [completed(b, template) for b in earlier[key]]
                     seconds = self.settings.study_budget(self.deadline - time.monotonic(), left)
                     by_variant[p.variant.name] = self.run_study(p, enqueue, seconds)
                     left -= bool(p.points)

@@ -181,6 +181,21 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert "(margin 50%)" in table[3]
 
 
+def test_cross_check_fills_from_fresh_winners_only(tmp_path):
+    """After a kernel edit the other bucket's winner is stale: the build would not freeze it, so
+    the cross-check does not fill from it either (it measures the spec's default instead)."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--warmup", "1", "--repeat", "2", "--no-progress", "--point-timeout", "30")
+    _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", *args)
+    template = next((root / "templates").glob("toy_op/*.j2"))
+    template.write_text(template.read_text() + "# edited\n")
+    _opgen(root, "build")
+    out = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--cross-check", *args).stdout
+    table = out[out.index("fill from"):].splitlines()
+    assert table[1].startswith("0 ") and "from (1,)" not in table[1]
+    assert "stale" in (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+
+
 def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
     """optuna cannot resume a study whose categorical choices changed (TPE refuses the new space):
     the study's identity carries a digest of its domains, so the edited spec tunes afresh."""
@@ -242,6 +257,35 @@ def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added(tmp_path):
     second = [r for r in _records(root) if r["kind"] == "winner"][1]
     trials = [r["point"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
     assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
+
+
+def test_an_earlier_winner_follows_its_case_when_the_bucket_edges_move(tmp_path):
+    """A new edge moves the tuned case to another key; the earlier winner is looked up by the case
+    it was tuned on, so the new key's study still measures it first, beside the spec's default."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    first = [r for r in _records(root) if r["kind"] == "winner"][0]
+    won = first["point"]["BLOCK"]
+    default = 32 if won == 16 else 16
+    spec = root / "specs" / "toy_op.yaml"
+    text = spec.read_text().replace("buckets: [64, 4096]", "buckets: [2, 64, 4096]")
+    text = text.replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
+                        f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}"}}')
+    assert f'BLOCK: "{default}"}}' in text and "[2, 64, 4096]" in text
+    spec.write_text(text)
+    from opgen.campaign import earlier_winners
+    from opgen.records import read
+    from opgen.spec import load_spec
+
+    earlier = earlier_winners(load_spec(spec, root), read(root / RECORDS, op="toy_op", chip="interpreter").records)
+    assert list(earlier) == [(1,)] and [p.config["BLOCK"] for p in earlier[(1,)]] == [won]
+    _opgen(root, "build")
+    _tune(root, *args)
+    second = [r for r in _records(root) if r["kind"] == "winner"][1]
+    assert second["key"] == [1] != first["key"]
+    trials = [r["point"]["BLOCK"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
+    assert sorted(trials) == sorted([default, won])
 
 
 def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_final():
