@@ -304,6 +304,25 @@ class Campaign:
                       lambda points_: self.measure_batch(points_, plan.bucket),
                       lambda number, m: self._emit_trial(name, number, plan, m))
 
+    def stored(self, plan: StudyPlan) -> list[Measured]:
+        """Every point a study measured in earlier runs, read without measuring or enqueuing (none
+        when the study does not exist yet)."""
+        import optuna
+
+        name = plan.name(self.spec.op, self.profile.name, self.toolchain)
+        if not plan.points or name not in optuna.study.get_all_study_names(self.storage):
+            return []
+        study = optuna.load_study(study_name=name, storage=self.storage)
+        feasible = {p.values: p for p in plan.points}
+        names, fixed = _fixed(plan.points)
+        out = []
+        for trial in study.get_trials(deepcopy=False):
+            if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
+                values = _trial_values(trial, names, fixed)
+                if values in feasible:
+                    out.append(_measured_from_attrs(feasible[values], trial.user_attrs))
+        return out
+
     def _emit_trial(self, study: str, number: int, plan: StudyPlan, m: Measured) -> None:
         for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results):
             self.sink("trial", dict(
@@ -419,8 +438,10 @@ class Campaign:
             for key, group in by_bucket.items():
                 by_variant: dict[str, list[Measured]] = {}
                 for p in group:
-                    if time.monotonic() >= self.deadline:
-                        break
+                    if time.monotonic() >= self.deadline:  # no time to search: what it holds competes
+                        by_variant[p.variant.name] = self.stored(p)
+                        bar.update(1)
+                        continue
                     enqueue = [x for x in (p.default,) if x is not None]
                     if earlier.get(key):  # tunables added since: the defaults with this variant forced
                         template = forced_point(self.spec, self.profile, p.variant, p.bucket.params[0])
@@ -480,10 +501,8 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState
 
-    names = [n for n, _ in points_[0].values]
-    domains = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names}
-    searched = {n: v for n, v in domains.items() if len(v) > 1}
-    fixed = {n: v[0] for n, v in domains.items() if len(v) == 1}
+    names, fixed = _fixed(points_)
+    searched = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names if n not in fixed}
     feasible = {p.values: p for p in points_}
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
@@ -492,7 +511,7 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     retry: set[tuple] = set()
     for trial in study.get_trials(deepcopy=False):
         if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
-            values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+            values = _trial_values(trial, names, fixed)
             if timed_out_under(trial.user_attrs) < settings.point_timeout:
                 retry.add(values)
                 continue
@@ -523,7 +542,7 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
                and len(asked) < grid and len(seen) + len(pending) < len(feasible)):
             asks += 1
             trial = study.ask(distributions)
-            values = tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+            values = _trial_values(trial, names, fixed)
             asked.add(values)
             if values not in feasible or values in pending:
                 study.tell(trial, state=TrialState.PRUNED)
@@ -580,6 +599,19 @@ def timed_out_under(attrs: dict[str, Any]) -> float:
         return float(attrs["point_timeout"])
     limits = [timeout_of_reason(r) for r in attrs.get("reason", ())]
     return min((x for x in limits if x is not None), default=math.inf)
+
+
+def _fixed(points_: tuple[Point, ...]) -> tuple[list[str], dict[str, Any]]:
+    """The tunable names of a study's feasible points, and those with one value only there (never
+    a searched param of its trials)."""
+    names = [n for n, _ in points_[0].values]
+    domains = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names}
+    return names, {n: v[0] for n, v in domains.items() if len(v) == 1}
+
+
+def _trial_values(trial: Any, names: list[str], fixed: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The point a trial measured, as ``Point.values``."""
+    return tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
 
 
 def _attrs_of(m: Measured) -> dict[str, Any]:

@@ -181,6 +181,21 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert "(margin 50%)" in table[3]
 
 
+def test_a_study_the_deadline_cut_off_still_competes_with_what_it_holds(tmp_path):
+    """A campaign out of time measures nothing new, but each bucket's winner is still chosen from
+    every study's stored points: a faster variant is not displaced by one searched later."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    first = [r for r in _records(root) if r["kind"] == "winner"]
+    trials = len([r for r in _records(root) if r["kind"] == "trial"])
+    _tune(root, *args, "--campaign-seconds", "0")
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert len([r for r in _records(root) if r["kind"] == "trial"]) == trials  # nothing searched
+    assert len(winners) == 2 and winners[1]["point"] == first[0]["point"]
+    assert winners[1]["study"] == first[0]["study"]
+
+
 def test_cross_check_fills_from_fresh_winners_only(tmp_path):
     """After a kernel edit the other bucket's winner is stale: the build would not freeze it, so
     the cross-check does not fill from it either (it measures the spec's default instead)."""
