@@ -121,7 +121,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
     campaign, earlier = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings, path, date,
                                            progress=not args.no_progress)
-    winners = campaign.run(plans, earlier) if args.trials > 0 else []
+    rivals = []
+    if args.variants and args.trials > 0:  # the other variants' stored points still compete
+        keys = {p.bucket.key for p in plans}
+        rivals = [p for p in tune.plan(spec, chip, rows) if p.bucket.key in keys
+                  and p.variant.name not in args.variants.split(",")]
+    winners = campaign.run(plans, earlier, rivals) if args.trials > 0 else []
     print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")
     if args.cross_check:

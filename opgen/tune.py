@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import bench
+from .errors import UnsupportedInput
 from .hardware import ChipProfile
 from .records import key_of
 from .space import (Point, SpaceCount, Variant, case_inputs, default_point, evaluate_params,
@@ -124,8 +125,15 @@ def plan(spec: OpSpec, profile: ChipProfile, rows: Iterable[dict[str, Any]],
     """Every study of a campaign: legal variants of each bucket with their feasible points.
 
     A point is feasible only if it fits the budget for every case of its bucket.
+
+    Raises:
+        UnsupportedInput: a name in ``variants`` that is no variant of the chip's rendering.
     """
     wanted = set(variants) if variants else None
+    known = [v.name for v in variants_for(spec, profile.rendering)]
+    if wanted is not None and wanted - set(known):
+        raise UnsupportedInput(f"{spec.op} has no variant {', '.join(sorted(wanted - set(known)))} on "
+                               f"{profile.name} ({profile.rendering} rendering); known: {', '.join(known)}")
     out = []
     for bucket in buckets(spec, rows):
         for variant in variants_for(spec, profile.rendering):
@@ -420,16 +428,21 @@ class Campaign:
             worker.close()
         return out
 
-    def run(self, plans: list[StudyPlan], earlier: dict[tuple, list[Point]] | None = None) -> list[dict[str, Any]]:
+    def run(self, plans: list[StudyPlan], earlier: dict[tuple, list[Point]] | None = None,
+            rivals: Iterable[StudyPlan] = ()) -> list[dict[str, Any]]:
         """Run every study, bucket by bucket, each within its share of the campaign's time, and
         emit one winner per bucket; each study measures the spec's default and ``earlier`` winners
-        of its bucket first."""
+        of its bucket first. The stored points of ``rivals`` (studies of variants this campaign
+        does not search) compete for their buckets too, so a narrower campaign loses nothing."""
         from tqdm import tqdm
 
         earlier = earlier or {}
         by_bucket: dict[tuple, list[StudyPlan]] = {}
         for p in plans:
             by_bucket.setdefault(p.bucket.key, []).append(p)
+        others: dict[tuple, list[StudyPlan]] = {}
+        for p in rivals:
+            others.setdefault(p.bucket.key, []).append(p)
         winners = []
         left = sum(1 for p in plans if p.points)
         bar = tqdm(total=len(plans), desc=f"tune {self.spec.op} on {self.profile.name}",
@@ -451,6 +464,8 @@ class Campaign:
                     left -= bool(p.points)
                     bar.update(1)
                     bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
+                for p in others.get(key, ()):
+                    by_variant.setdefault(p.variant.name, self.stored(p))
                 winner = self.choose(group[0].bucket, by_variant)
                 if winner is not None:
                     winner["study"] = group[0].name(self.spec.op, self.profile.name, self.toolchain)

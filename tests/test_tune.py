@@ -196,6 +196,27 @@ def test_a_study_the_deadline_cut_off_still_competes_with_what_it_holds(tmp_path
     assert winners[1]["study"] == first[0]["study"]
 
 
+def test_a_narrower_campaign_keeps_the_other_variants_stored_points_in_the_race(tmp_path):
+    """Searching one variant again must not displace a better variant searched before: the other
+    variants' studies of the bucket compete with what they hold (here the only correct one)."""
+    root = _project(tmp_path)
+    args = ("--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, "--variants", "good", *args)
+    _tune(root, "--variants", "wrong", *args)
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    assert {r["variant"] for r in trials} == {"good", "wrong"}
+    assert all(r["status"] == "wrong_result" for r in trials if r["variant"] == "wrong")
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert [w["variant"] for w in winners] == ["good", "good"]
+
+
+def test_an_unknown_variant_is_an_error_that_names_it(tmp_path):
+    root = _project(tmp_path)
+    result = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--variants", "good,goood",
+                    "--dry-run", check=False)
+    assert result.returncode != 0 and "no variant goood" in result.stderr and "known: good" in result.stderr
+
+
 def test_cross_check_fills_from_fresh_winners_only(tmp_path):
     """After a kernel edit the other bucket's winner is stale: the build would not freeze it, so
     the cross-check does not fill from it either (it measures the spec's default instead)."""
