@@ -153,7 +153,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
     if args.merge:
-        _print_table(_merged(rows, [Path(f) for f in args.merge]), args)
+        _print_table(_merged(rows, [Path(f) for f in args.merge], compare.generated_hash(root, spec.op)), args)
         return 0
     if args.devices:
         return _bench_on_devices(args, _check_devices(args), rows)
@@ -180,7 +180,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in results]))
+        Path(args.json).write_text(json.dumps(dict(
+            op=spec.op, generated=compare.generated_hash(root, spec.op), toolchain=backend.toolchain(),
+            results=[dataclasses.asdict(r) for r in results])))
     _print_table(results, args)
     return 0
 
@@ -198,6 +200,7 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
     """One shard of the cases per device, each side by side in its own process; one table."""
     import tempfile
 
+    from . import compare
     from .shard import run_shards
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -206,21 +209,33 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
         codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
         if any(codes):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
-        results = _merged(rows, files)
+        results = _merged(rows, files, compare.generated_hash(_root(args), args.op))
     _print_table(results, args)
     return 0
 
 
-def _merged(rows: list[dict], files: list[Path]) -> list:
-    """The results of the ``--json`` files of bench shards, in case order; every case present once."""
+def _merged(rows: list[dict], files: list[Path], generated: str) -> list:
+    """The results of the ``--json`` files of bench shards, in case order; every case present once,
+    every shard measured on the generated code ``generated`` (this tree's) with one toolchain."""
     from .compare import CaseResult, case_id
 
     found: dict[str, CaseResult] = {}
+    toolchains: dict[str, Path] = {}
     for f in files:
-        for r in json.loads(f.read_text()):
+        shard = json.loads(f.read_text())
+        if not isinstance(shard, dict) or "generated" not in shard:
+            raise OpgenError(f"bench shard {f} does not say which generated code it measured "
+                             "(written before shards carried it): run that shard again")
+        if shard["generated"] != generated:
+            raise OpgenError(f"bench shard {f} measured generated code {shard['generated']}, but this "
+                             f"tree's is {generated}: run that shard again on this tree")
+        toolchains.setdefault(json.dumps(shard["toolchain"], sort_keys=True), f)
+        for r in shard["results"]:
             if r["case"] in found:
                 raise OpgenError(f"bench shards: case {r['case']} appears twice (again in {f})")
             found[r["case"]] = CaseResult(**r)
+    if len(toolchains) > 1:
+        raise OpgenError(f"bench shards ran on different toolchains: {sorted(toolchains)}")
     order = [case_id(row) for row in rows]
     missing = [c for c in order if c not in found]
     if missing:

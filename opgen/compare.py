@@ -12,6 +12,7 @@ import importlib
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from . import bench
@@ -150,3 +151,13 @@ def table(results: list[CaseResult], baseline: str) -> str:
                      f"geomean fraction of the memory floor {floor:.3f}; error no worse than "
                      f"{baseline} on {sum(r.ours_err <= r.base_err for r in results)}/{len(results)}")
     return "\n".join(lines)
+
+
+def generated_hash(root: Path, op: str) -> str:
+    """Identity of the generated code a benchmark runs: every file under ``generated/<op>/``, with
+    its path (the kernels and the frozen tables)."""
+    from .render import content_hash
+
+    base = root / "generated" / op
+    files = sorted(f for f in base.rglob("*.py") if "__pycache__" not in f.parts)
+    return content_hash(f"{f.relative_to(base).as_posix()}\n{f.read_text(encoding='utf-8')}" for f in files)

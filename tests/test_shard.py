@@ -90,8 +90,8 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
         calls.append((argv, devices))
         for i, (_, path) in enumerate(extra):
             mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
-            Path(path).write_text(json.dumps([CaseResult(c, 1.0, 1.5, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
-                                              for c in reversed(mine)]))
+            results = [CaseResult(c, 1.0, 1.5, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__ for c in reversed(mine)]
+            Path(path).write_text(_shard_json(results))
         return [0] * len(devices)
 
     monkeypatch.setattr(shard, "run_shards", fake_run_shards)
@@ -117,8 +117,8 @@ def test_bench_merge_joins_shards_run_apart_and_refuses_gaps_and_repeats(tmp_pat
     for k in range(2):  # what `--shard K/2 --json F` writes, one device call each
         mine = [c for c, s in zip(ids, split) if s == k]
         files.append(tmp_path / f"s{k}.json")
-        files[-1].write_text(json.dumps([CaseResult(c, 1.0, 2.0 + k, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
-                                         for c in reversed(mine)]))
+        files[-1].write_text(_shard_json([CaseResult(c, 1.0, 2.0 + k, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
+                                          for c in reversed(mine)]))
     base = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla"]
     assert cli.main([*base, "--merge", *map(str, files)]) == 0
     table = capsys.readouterr().out.strip().splitlines()
@@ -129,3 +129,36 @@ def test_bench_merge_joins_shards_run_apart_and_refuses_gaps_and_repeats(tmp_pat
     assert "returned no result for" in capsys.readouterr().err
     assert cli.main([*base, "--merge", str(files[0]), str(files[0]), str(files[1])]) != 0
     assert "appears twice" in capsys.readouterr().err
+
+
+def test_bench_merge_refuses_shards_of_other_generated_code_or_toolchains(tmp_path, capsys):
+    """Shards joined into one table must have measured this tree's generated code on one toolchain."""
+    from opgen.compare import CaseResult, case_id
+
+    spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+    ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
+    split = shard.assign([1.0] * len(ids), 2)
+    results = [[CaseResult(c, 1.0, 2.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
+                for c, s in zip(ids, split) if s == k] for k in range(2)]
+    base = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla", "--merge"]
+    cases = {"old": (_shard_json(results[1], generated="sha256:0123456789abcdef"), "measured generated code"),
+             "other gpu": (_shard_json(results[1], device="NVIDIA H100"), "different toolchains"),
+             "no provenance": (json.dumps(results[1]), "does not say which generated code")}
+    first = tmp_path / "s0.json"
+    first.write_text(_shard_json(results[0]))
+    for name, (text, message) in cases.items():
+        second = tmp_path / f"{name}.json"
+        second.write_text(text)
+        assert cli.main([*base, str(first), str(second)]) != 0, name
+        assert message in capsys.readouterr().err, name
+    second = tmp_path / "s1.json"
+    second.write_text(_shard_json(results[1]))
+    assert cli.main([*base, str(first), str(second)]) == 0
+
+
+def _shard_json(results: list[dict], generated: str | None = None, device: str = "NVIDIA H200") -> str:
+    """What `opgen bench --shard K/N --json F` writes on this tree."""
+    from opgen.compare import generated_hash
+
+    return json.dumps(dict(op="chunk_gla_fwd_o_gk", generated=generated or generated_hash(ROOT, "chunk_gla_fwd_o_gk"),
+                           toolchain={"triton": "3.6.0", "device": device}, results=results))
