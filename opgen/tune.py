@@ -92,18 +92,21 @@ class StudyPlan:
     count: SpaceCount
     default: Point | None
 
-    def name(self, op: str, chip: str, toolchain: dict[str, str]) -> str:
+    def name(self, op: str, chip: str, toolchain: dict[str, str], kernel: str = "") -> str:
         """The study's identity: op, variant, bucket, chip, toolchain, a digest of the values
         each tunable takes over the feasible points (optuna cannot resume a study whose
-        categorical choices changed, so a changed domain starts a new study) and a digest of the
-        bucket's cases (a study's objective is its geomean over them: other cases, other study)."""
+        categorical choices changed, so a changed domain starts a new study), a digest of the
+        bucket's cases (a study's objective is its geomean over them: other cases, other study)
+        and the hash of the variant's rendered kernel (an edited kernel is measured afresh: its
+        old timings and wrong results say nothing about it)."""
         tools = ",".join(f"{k}={v}" for k, v in sorted(toolchain.items()) if k != "device")
         key = ",".join(str(k) for k in self.bucket.key)
         domains = {n: sorted({repr(p.config[n]) for p in self.points}) for n, _ in self.points[0].values} \
             if self.points else {}
         space = _digest(domains)
         cases = _digest([sorted(row.items()) for row in self.bucket.cases])
-        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}|space={space}|cases={cases}"
+        return f"{op}|{self.variant.name}|{key}|{chip}|{tools}|space={space}|cases={cases}" + \
+            (f"|kernel={kernel}" if kernel else "")
 
 
 def _digest(value: Any) -> str:
@@ -302,7 +305,7 @@ class Campaign:
 
         if not plan.points:
             return []
-        name = plan.name(self.spec.op, self.profile.name, self.toolchain)
+        name = self.study_name(plan)
         study = optuna.create_study(study_name=name, storage=self.storage, direction="minimize",
                                     sampler=make_sampler(self.settings, len(plan.points)),
                                     load_if_exists=True)
@@ -312,12 +315,16 @@ class Campaign:
                       lambda points_: self.measure_batch(points_, plan.bucket),
                       lambda number, m: self._emit_trial(name, number, plan, m))
 
+    def study_name(self, plan: StudyPlan) -> str:
+        """The study's identity (:meth:`StudyPlan.name`) on this campaign's toolchain and kernels."""
+        return plan.name(self.spec.op, self.profile.name, self.toolchain, self.kernel_hash.get(plan.variant.name, ""))
+
     def stored(self, plan: StudyPlan) -> list[Measured]:
         """Every point a study measured in earlier runs, read without measuring or enqueuing (none
         when the study does not exist yet)."""
         import optuna
 
-        name = plan.name(self.spec.op, self.profile.name, self.toolchain)
+        name = self.study_name(plan)
         if not plan.points or name not in optuna.study.get_all_study_names(self.storage):
             return []
         study = optuna.load_study(study_name=name, storage=self.storage)
@@ -468,7 +475,7 @@ class Campaign:
                     by_variant.setdefault(p.variant.name, self.stored(p))
                 winner = self.choose(group[0].bucket, by_variant)
                 if winner is not None:
-                    winner["study"] = group[0].name(self.spec.op, self.profile.name, self.toolchain)
+                    winner["study"] = self.study_name(group[0])
                     self.sink("winner", winner)
                     winners.append(winner)
         finally:

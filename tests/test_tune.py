@@ -249,6 +249,25 @@ def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
     assert {r["point"]["BLOCK"] for r in trials if r["study"] == winners[1]["study"]} <= {16, 32}
 
 
+def test_an_edited_kernel_starts_a_new_study(tmp_path):
+    """Timings and wrong results of the old kernel say nothing about the new one: its study is
+    measured afresh (the earlier winner is only enqueued first)."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    template = next((root / "templates").glob("toy_op/*.j2"))
+    template.write_text(template.read_text() + "# edited\n")
+    _opgen(root, "build")
+    _tune(root, *args)
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
+    assert winners[0]["study"].split("|kernel=")[0] == winners[1]["study"].split("|kernel=")[0]
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    assert [len([r for r in trials if r["study"] == w["study"]]) for w in winners] == [2, 2]
+    assert winners[1]["kernel_hash"] != winners[0]["kernel_hash"]
+    assert winners[1]["study"].endswith("|kernel=" + winners[1]["kernel_hash"])
+
+
 def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
     """A study's objective is its geomean over the bucket's cases: resuming it on other cases would
     rank points measured on different inputs against each other."""
