@@ -181,24 +181,10 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert "(margin 50%)" in table[3]
 
 
-def test_a_study_the_deadline_cut_off_still_competes_with_what_it_holds(tmp_path):
-    """A campaign out of time measures nothing new, but each bucket's winner is still chosen from
-    every study's stored points: a faster variant is not displaced by one searched later."""
-    root = _project(tmp_path)
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
-    first = [r for r in _records(root) if r["kind"] == "winner"]
-    trials = len([r for r in _records(root) if r["kind"] == "trial"])
-    _tune(root, *args, "--campaign-seconds", "0")
-    winners = [r for r in _records(root) if r["kind"] == "winner"]
-    assert len([r for r in _records(root) if r["kind"] == "trial"]) == trials  # nothing searched
-    assert len(winners) == 2 and winners[1]["point"] == first[0]["point"]
-    assert winners[1]["study"] == first[0]["study"]
-
-
-def test_a_narrower_campaign_keeps_the_other_variants_stored_points_in_the_race(tmp_path):
-    """Searching one variant again must not displace a better variant searched before: the other
-    variants' studies of the bucket compete with what they hold (here the only correct one)."""
+def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_path):
+    """Searching one variant again must not displace a better variant searched before (the other
+    variants' studies of the bucket compete with what they hold: here the only correct one), and a
+    campaign out of time measures nothing new but still chooses from every study's stored points."""
     root = _project(tmp_path)
     args = ("--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
     _tune(root, "--variants", "good", *args)
@@ -206,30 +192,45 @@ def test_a_narrower_campaign_keeps_the_other_variants_stored_points_in_the_race(
     trials = [r for r in _records(root) if r["kind"] == "trial"]
     assert {r["variant"] for r in trials} == {"good", "wrong"}
     assert all(r["status"] == "wrong_result" for r in trials if r["variant"] == "wrong")
+    _tune(root, "--variants", "good", *args, "--campaign-seconds", "0")
+    assert len([r for r in _records(root) if r["kind"] == "trial"]) == len(trials)  # nothing searched
     winners = [r for r in _records(root) if r["kind"] == "winner"]
-    assert [w["variant"] for w in winners] == ["good", "good"]
+    assert [w["variant"] for w in winners] == ["good"] * 3
+    assert winners[2]["point"] == winners[0]["point"] and winners[2]["study"] == winners[0]["study"]
 
 
-def test_an_unknown_variant_is_an_error_that_names_it(tmp_path):
-    root = _project(tmp_path)
-    result = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--variants", "good,goood",
-                    "--dry-run", check=False)
-    assert result.returncode != 0 and "no variant goood" in result.stderr and "known: good" in result.stderr
+def test_an_unknown_variant_is_an_error_that_names_it(capsys):
+    from opgen import cli
+
+    argv = ["--root", str(ROOT), "tune", "chunk_gla_fwd_o_gk", "--chip", "h200", "--cases", "bench_fla",
+            "--variants", "fold_general_tiled,fold_genral_tiled", "--dry-run"]
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "no variant fold_genral_tiled on h200" in err and "known: fold_general_tiled," in err
 
 
-def test_cross_check_fills_from_fresh_winners_only(tmp_path):
-    """After a kernel edit the other bucket's winner is stale: the build would not freeze it, so
+def test_an_edited_kernel_starts_a_new_study_and_the_cross_check_skips_stale_winners(tmp_path):
+    """Timings and wrong results of the old kernel say nothing about the new one: its study is
+    measured afresh. The other bucket's winner is stale now: the build would not freeze it, so
     the cross-check does not fill from it either (it measures the spec's default instead)."""
     root = _project(tmp_path)
-    args = ("--variants", "good", "--warmup", "1", "--repeat", "2", "--no-progress", "--point-timeout", "30")
-    _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", *args)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", "--warmup", "1", "--repeat", "2",
+           "--no-progress", *args)
     template = next((root / "templates").glob("toy_op/*.j2"))
     template.write_text(template.read_text() + "# edited\n")
     _opgen(root, "build")
-    out = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--cross-check", *args).stdout
+    out = _tune(root, *args, "--cross-check").stdout
     table = out[out.index("fill from"):].splitlines()
     assert table[1].startswith("0 ") and "from (1,)" not in table[1]
     assert "stale" in (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+    winners = [r for r in _records(root) if r["kind"] == "winner" and r["key"] == [0]]
+    assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
+    assert winners[0]["study"].split("|kernel=")[0] == winners[1]["study"].split("|kernel=")[0]
+    assert winners[1]["kernel_hash"] != winners[0]["kernel_hash"]
+    assert winners[1]["study"].endswith("|kernel=" + winners[1]["kernel_hash"])
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    assert len([r for r in trials if r["study"] == winners[1]["study"]]) == 2
 
 
 def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
@@ -247,25 +248,6 @@ def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
     assert winners[0]["study"].split("|space=")[0] == winners[1]["study"].split("|space=")[0]
     trials = [r for r in _records(root) if r["kind"] == "trial"]
     assert {r["point"]["BLOCK"] for r in trials if r["study"] == winners[1]["study"]} <= {16, 32}
-
-
-def test_an_edited_kernel_starts_a_new_study(tmp_path):
-    """Timings and wrong results of the old kernel say nothing about the new one: its study is
-    measured afresh (the earlier winner is only enqueued first)."""
-    root = _project(tmp_path)
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
-    template = next((root / "templates").glob("toy_op/*.j2"))
-    template.write_text(template.read_text() + "# edited\n")
-    _opgen(root, "build")
-    _tune(root, *args)
-    winners = [r for r in _records(root) if r["kind"] == "winner"]
-    assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
-    assert winners[0]["study"].split("|kernel=")[0] == winners[1]["study"].split("|kernel=")[0]
-    trials = [r for r in _records(root) if r["kind"] == "trial"]
-    assert [len([r for r in trials if r["study"] == w["study"]]) for w in winners] == [2, 2]
-    assert winners[1]["kernel_hash"] != winners[0]["kernel_hash"]
-    assert winners[1]["study"].endswith("|kernel=" + winners[1]["kernel_hash"])
 
 
 def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
@@ -289,8 +271,9 @@ def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
     assert all(len(trials) >= 1 for trials in studies.values())  # the second study measured afresh
 
 
-def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added(tmp_path):
-    """Adding a tunable changes every point; the earlier winner, completed with the new tunable's
+def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added_and_the_edges_move(tmp_path):
+    """Adding a tunable changes every point, and a new edge moves the tuned case to another key:
+    the earlier winner, looked up by the case it was tuned on and completed with the new tunable's
     default, is still measured first, beside the spec's default."""
     root = _project(tmp_path)
     args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
@@ -305,29 +288,8 @@ def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added(tmp_path):
     text = text.replace('npu: {MODE: "\'good\'", BLOCK: "16",', 'npu: {MODE: "\'good\'", BLOCK: "16", EXTRA: "2",')
     text = text.replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
                         f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}", EXTRA: "2"}}')
-    assert text.count("EXTRA") == 3
-    spec.write_text(text)
-    _opgen(root, "build")
-    _tune(root, *args)
-    second = [r for r in _records(root) if r["kind"] == "winner"][1]
-    trials = [r["point"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
-    assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
-
-
-def test_an_earlier_winner_follows_its_case_when_the_bucket_edges_move(tmp_path):
-    """A new edge moves the tuned case to another key; the earlier winner is looked up by the case
-    it was tuned on, so the new key's study still measures it first, beside the spec's default."""
-    root = _project(tmp_path)
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
-    first = [r for r in _records(root) if r["kind"] == "winner"][0]
-    won = first["point"]["BLOCK"]
-    default = 32 if won == 16 else 16
-    spec = root / "specs" / "toy_op.yaml"
-    text = spec.read_text().replace("buckets: [64, 4096]", "buckets: [2, 64, 4096]")
-    text = text.replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
-                        f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}"}}')
-    assert f'BLOCK: "{default}"}}' in text and "[2, 64, 4096]" in text
+    text = text.replace("buckets: [64, 4096]", "buckets: [2, 64, 4096]")
+    assert text.count("EXTRA") == 3 and "[2, 64, 4096]" in text
     spec.write_text(text)
     from opgen.campaign import earlier_winners
     from opgen.records import read
@@ -339,8 +301,8 @@ def test_an_earlier_winner_follows_its_case_when_the_bucket_edges_move(tmp_path)
     _tune(root, *args)
     second = [r for r in _records(root) if r["kind"] == "winner"][1]
     assert second["key"] == [1] != first["key"]
-    trials = [r["point"]["BLOCK"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
-    assert sorted(trials) == sorted([default, won])
+    trials = [r["point"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
+    assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
 
 
 def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_final():
