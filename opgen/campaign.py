@@ -51,14 +51,17 @@ def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
                 hashes: dict[str, str], date: str) -> Callable[[str, dict[str, Any]], None]:
-    """A sink that appends each trial and winner to the tuning records as it happens."""
+    """A sink that appends each trial, winner and cross-check to the tuning records as it happens."""
     from . import records
+
+    classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord, "cross_check": records.CheckRecord}
 
     def sink(kind: str, fields_: dict[str, Any]) -> None:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,
                       kernel_hash=hashes[fields_["variant"]], date=date)
-        cls = records.TrialRecord if kind == "trial" else records.WinnerRecord
-        records.append(path, [cls(**common, **fields_)])
+        if kind == "cross_check":
+            common["fill_kernel_hash"] = hashes[fields_["fill_variant"]]
+        records.append(path, [classes[kind](**common, **fields_)])
     return sink
 
 

@@ -133,7 +133,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         from .table import fresh_winners
 
         tuned = fresh_winners(spec, chip, path, campaign.kernel_hash)
-        checks = campaign.cross_check(tune.buckets(spec, rows), tuned)
+        checks = campaign.cross_check(tune.buckets(spec, rows), tuned, args.cross_margin)
         print(campaign_mod.cross_report(checks, args.cross_margin))
     return 0
 

@@ -212,7 +212,7 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
                    backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
                    budget=chip.budget(budget_kind) if budget_kind else None,
                    programs=chip.programs, key_names=tuple(spec.dispatch.key), rows=table.rows,
-                   filled=table.filled, stale=table.stale, source=chip.source)
+                   filled=table.filled, stale=table.stale, checks=table.checks.line(), source=chip.source)
     text = render(env, "table.py.j2", context)
     return GeneratedFile(f"{GENERATED}/{spec.op}/table_{chip.name}.py", text)
 

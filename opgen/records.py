@@ -215,8 +215,38 @@ class WinnerRecord(_Record):
         error=_dict_of(_opt(_num)), budget=_budget)
 
 
-Record = TrialRecord | WinnerRecord
-_CLASSES: dict[str, type[_Record]] = {"trial": TrialRecord, "winner": WinnerRecord}
+@dataclass(frozen=True)
+class CheckRecord(_Record):
+    """A tuned winner (the common fields) re-measured beside the row the table would fill its key
+    with from the other keys' winners alone (``opgen tune --cross-check``).
+
+    ``fill_from`` names the key the fill came from (None: the spec's default); a time is None
+    when that point failed its re-measure. ``margin`` is the loss that flags the table.
+    """
+
+    fill_variant: str
+    fill_point: dict[str, Any]
+    fill_kernel_hash: str
+    fill_from: str | None
+    own_ms: float | None
+    fill_ms: float | None
+    margin: float
+
+    KIND: ClassVar[str] = "cross_check"
+    CONVERT: ClassVar[dict[str, Conv]] = dict(
+        _COMMON, fill_variant=_str, fill_point=_dict_of(_scalar), fill_kernel_hash=_str,
+        fill_from=_opt(_str), own_ms=_opt(_num), fill_ms=_opt(_num), margin=_num)
+
+    @property
+    def loss(self) -> float:
+        """Relative time the fill loses to the own winner (inf when either failed)."""
+        if self.own_ms is None or self.fill_ms is None:
+            return float("inf")
+        return self.fill_ms / self.own_ms - 1.0
+
+
+Record = TrialRecord | WinnerRecord | CheckRecord
+_CLASSES: dict[str, type[_Record]] = {"trial": TrialRecord, "winner": WinnerRecord, "cross_check": CheckRecord}
 
 
 def kernel_hash(text: str) -> str:

@@ -15,11 +15,11 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import Key, Record, WinnerRecord, key_of, latest_winners, read, sort_key, split_key_field
+from .records import CheckRecord, Key, Record, WinnerRecord, key_of, latest_winners, read, sort_key, split_key_field
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
-__all__ = ["Row", "StaleWinner", "FrozenTable", "frozen_rows", "fresh_winners", "stale", "fill_nearest"]
+__all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners", "stale", "fill_nearest"]
 
 
 class Row(NamedTuple):
@@ -40,13 +40,38 @@ class StaleWinner:
 
 
 @dataclass(frozen=True)
+class CrossChecked:
+    """What the records' cross-checks say of the frozen table: how many tuned rows have a current
+    check (same winner, same kernels, same fill as the table would now give), and the worst."""
+
+    checked: int
+    tuned: int
+    worst: CheckRecord | None
+
+    @property
+    def flagged(self) -> bool:
+        return self.worst is not None and self.worst.loss > self.worst.margin
+
+    def line(self) -> str:
+        """One line for the table's docstring."""
+        text = f"Cross-check: {self.checked} of {self.tuned} tuned rows checked against their leave-one-out fill"
+        if self.worst is None:
+            return text + "."
+        w = self.worst
+        verdict = "FLAGGED" if self.flagged else "ok"
+        return f"{text}; worst loss {w.loss:.1%} at {w.key!r} (margin {w.margin:.0%}): {verdict}."
+
+
+@dataclass(frozen=True)
 class FrozenTable:
-    """Rows sorted by key (filled rows included), stale winners sorted by key, torn lines skipped."""
+    """Rows sorted by key (filled rows included), stale winners sorted by key, torn lines skipped,
+    and the table's cross-check."""
 
     rows: tuple[Row, ...]
     stale: tuple[StaleWinner, ...]
     filled: int
     torn: int
+    checks: CrossChecked
 
 
 def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
@@ -122,7 +147,36 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     filled = fill_nearest(spec, chip, fresh) if fill else []
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn)
+    checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill else CrossChecked(0, len(fresh), None)
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks)
+
+
+def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record], fresh: Mapping[Key, WinnerRecord],
+                  kernel_hashes: Mapping[str, str]) -> CrossChecked:
+    """The latest current cross-check of each fresh winner: one that measured this winner, on
+    today's kernels, against the fill the table would give its key from the other winners now."""
+    from .space import default_point
+
+    latest: dict[Key, CheckRecord] = {}
+    for rec in records:
+        if isinstance(rec, CheckRecord):
+            latest[rec.key] = rec
+    current = []
+    for key, rec in latest.items():
+        won = fresh.get(key)
+        if won is None or (rec.variant, rec.point, rec.kernel_hash) != (won.variant, won.point, won.kernel_hash):
+            continue
+        others = {k: w for k, w in fresh.items() if k != key}
+        row = next((r for r in fill_nearest(spec, chip, others) if r.key == key), None)
+        if row is not None:
+            fill = (row.variant, row.point)
+        else:
+            point = default_point(spec, chip, _params(spec, won.case, f"cross-check of {key}"))
+            fill = (point.variant, point.config)
+        if (rec.fill_variant, rec.fill_point) == fill and rec.fill_kernel_hash == kernel_hashes.get(fill[0]):
+            current.append(rec)
+    worst = max(current, key=lambda r: (r.loss, sort_key(r.key)), default=None)
+    return CrossChecked(len(current), len(fresh), worst)
 
 
 def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,

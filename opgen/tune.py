@@ -410,10 +410,11 @@ class Campaign:
                     budget=self._budget(find_variant(self.spec, winner.variant), winner,
                                         bucket.params[0], best.results[0]))
 
-    def cross_check(self, buckets_: list[Bucket], tuned: dict[tuple, Any]) -> list[CrossCheck]:
+    def cross_check(self, buckets_: list[Bucket], tuned: dict[tuple, Any], margin: float) -> list[CrossCheck]:
         """Re-measure each tuned bucket's winner beside the choice the table would give that
-        bucket from the other buckets' winners alone (how a shape between tuned points fares).
-        The workers are closed again afterwards."""
+        bucket from the other buckets' winners alone (how a shape between tuned points fares),
+        and record each check (``margin``: the loss that flags the table). The workers are
+        closed again afterwards."""
         from .table import fill_nearest
 
         out = []
@@ -430,7 +431,13 @@ class Campaign:
             else:
                 fill, source = default_point(self.spec, self.profile, bucket.params[0]), None
             times = self.side_by_side([own] if fill == own else [own, fill], bucket)
-            out.append(CrossCheck(bucket.key, own, source, fill, times[own], times.get(fill, times[own])))
+            check = CrossCheck(bucket.key, own, source, fill, times[own], times.get(fill, times[own]))
+            out.append(check)
+            finite = lambda t: t if math.isfinite(t) else None  # noqa: E731 - a failed re-measure
+            self.sink("cross_check", dict(
+                key=list(bucket.key), case=bucket.cases[0], variant=own.variant, point=own.config,
+                study=winner.study, fill_variant=fill.variant, fill_point=fill.config, fill_from=source,
+                own_ms=finite(check.own_ms), fill_ms=finite(check.fill_ms), margin=margin))
         for worker in (self.worker, *self.pool):
             worker.close()
         return out

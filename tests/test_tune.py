@@ -179,6 +179,21 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert table[2].startswith("1 ") and "from (0,)" in table[2]
     assert table[3].startswith(("ok: worst leave-one-out loss", "FLAGGED: worst leave-one-out loss"))
     assert "(margin 50%)" in table[3]
+    # the checks are records, and the build states them in the table: a loss over the margin flags it
+    checks = [r for r in _records(root) if r["kind"] == "cross_check"]
+    assert sorted(c["key"] for c in checks) == [[0], [1]] and {c["margin"] for c in checks} == {0.5}
+    assert {c["fill_from"] for c in checks} == {"from (0,)", "from (1,)"}
+    _opgen(root, "build")
+    generated = root / "generated" / "toy_op" / "table_interpreter.py"
+    assert "Cross-check: 2 of 2 tuned rows checked against their leave-one-out fill; worst loss" in generated.read_text()
+    lines = (root / RECORDS).read_text().splitlines()
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec["kind"] == "cross_check" and rec["key"] == [1]:
+            lines[i] = json.dumps({**rec, "fill_ms": rec["own_ms"] * 3})
+    (root / RECORDS).write_text("\n".join(lines) + "\n")
+    _opgen(root, "build")
+    assert "worst loss 200.0% at (1,) (margin 50%): FLAGGED." in generated.read_text()
 
 
 def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_path):
@@ -223,7 +238,9 @@ def test_an_edited_kernel_starts_a_new_study_and_the_cross_check_skips_stale_win
     out = _tune(root, *args, "--cross-check").stdout
     table = out[out.index("fill from"):].splitlines()
     assert table[1].startswith("0 ") and "from (1,)" not in table[1]
-    assert "stale" in (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+    _opgen(root, "build")
+    table_text = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+    assert "stale" in table_text and "Cross-check: 1 of 1 tuned rows checked" in table_text
     winners = [r for r in _records(root) if r["kind"] == "winner" and r["key"] == [0]]
     assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
     assert winners[0]["study"].split("|kernel=")[0] == winners[1]["study"].split("|kernel=")[0]
