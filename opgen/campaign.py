@@ -1,7 +1,8 @@
 """Setting up a tuning campaign from the command line, and reading its results.
 
-Storage (journal file or RDB URL), the records sink, kernel identities, the end-of-campaign
-summary and the leave-one-out cross-check report. Uses ``tune``, ``records``, ``backends``.
+Storage (journal file or RDB URL), the records sink, kernel identities, the earlier winners that
+seed each study, the end-of-campaign summary and the leave-one-out cross-check report. Uses
+``tune``, ``records``, ``backends``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tuning records: JSON lines of measured trials and decided winners (frozen by ``opgen.table``).
+"""Tuning records: JSON lines of measured trials, decided winners and their cross-checks (frozen by ``opgen.table``).
 
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying

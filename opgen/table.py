@@ -3,7 +3,8 @@
 ``frozen_rows`` takes each bucket's latest winner whose kernel (content hash) and spec still match
 (a changed kernel or an illegal point makes it a stale winner, reported in the table, never
 frozen), then fills every other bucket of the dispatch key from the nearest tuned bucket whose
-point is legal and fits there. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
+point is legal and fits there; ``cross_checked`` finds which tuned rows have a current
+leave-one-out check in the records. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations

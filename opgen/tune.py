@@ -1,4 +1,4 @@
-"""``opgen tune``: offline search, one optuna study per (op, variant, bucket, chip, toolchain).
+"""``opgen tune``: offline search, one optuna study per (op, variant, bucket, chip, toolchain, kernel).
 
 A bucket is a value of the spec's dispatch key; its representative cases are the case-set rows
 that fall into it, and a trial's objective is the geometric mean of its median times over them.
@@ -6,8 +6,9 @@ Studies live in optuna storage (a journal file by default, or an RDB URL shared 
 hosts), so a killed campaign resumes where it stopped; every measured trial is also appended to
 the tracked tuning records. Exhaustive search where the feasible space is small, seeded TPE
 otherwise; the spec's default and earlier winners are enqueued first; a point is never measured
-twice in a study. The best few of each study, then the best of each variant, are re-measured
-side by side and the winner is chosen by a fixed tie rule. The only module that imports optuna.
+twice in a study. The best few of each study (studies the deadline cut off and studies of
+variants left out of the campaign with the points they hold) are re-measured side by side and the
+winner is chosen by a fixed tie rule. The only module that imports optuna.
 Uses ``spec``, ``space``, ``worker``, ``records``, ``hardware``, ``bench``.
 """
 from __future__ import annotations
