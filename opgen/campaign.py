@@ -55,7 +55,8 @@ def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
     """A sink that appends each trial, winner and cross-check to the tuning records as it happens."""
     from . import records
 
-    classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord, "cross_check": records.CheckRecord}
+    classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
+               "cross_check": records.CheckRecord}
 
     def sink(kind: str, fields_: dict[str, Any]) -> None:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,

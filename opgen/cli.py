@@ -153,7 +153,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
     if args.merge:
-        _print_table(_merged(rows, [Path(f) for f in args.merge], compare.generated_hash(root, spec.op)), args)
+        merged = _merged(rows, [Path(f) for f in args.merge], compare.generated_hash(root, spec.op))
+        _print_table(merged, args)
         return 0
     if args.devices:
         return _bench_on_devices(args, _check_devices(args), rows)

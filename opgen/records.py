@@ -1,4 +1,5 @@
-"""Tuning records: JSON lines of measured trials, decided winners and their cross-checks (frozen by ``opgen.table``).
+"""Tuning records: JSON lines of measured trials, decided winners and their cross-checks (frozen
+by ``opgen.table``).
 
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying
@@ -246,7 +247,8 @@ class CheckRecord(_Record):
 
 
 Record = TrialRecord | WinnerRecord | CheckRecord
-_CLASSES: dict[str, type[_Record]] = {"trial": TrialRecord, "winner": WinnerRecord, "cross_check": CheckRecord}
+_CLASSES: dict[str, type[_Record]] = {
+    "trial": TrialRecord, "winner": WinnerRecord, "cross_check": CheckRecord}
 
 
 def kernel_hash(text: str) -> str:

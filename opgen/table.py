@@ -16,11 +16,13 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import CheckRecord, Key, Record, WinnerRecord, key_of, latest_winners, read, sort_key, split_key_field
+from .records import (CheckRecord, Key, Record, WinnerRecord, key_of, latest_winners, read, sort_key,
+                      split_key_field)
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
-__all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners", "stale", "fill_nearest"]
+__all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners",
+           "stale", "fill_nearest"]
 
 
 class Row(NamedTuple):
@@ -55,7 +57,8 @@ class CrossChecked:
 
     def line(self) -> str:
         """One line for the table's docstring."""
-        text = f"Cross-check: {self.checked} of {self.tuned} tuned rows checked against their leave-one-out fill"
+        text = (f"Cross-check: {self.checked} of {self.tuned} tuned rows checked against their "
+                "leave-one-out fill")
         if self.worst is None:
             return text + "."
         w = self.worst
@@ -148,12 +151,13 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     filled = fill_nearest(spec, chip, fresh) if fill else []
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
-    checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill else CrossChecked(0, len(fresh), None)
+    checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
+        else CrossChecked(0, len(fresh), None)
     return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks)
 
 
-def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record], fresh: Mapping[Key, WinnerRecord],
-                  kernel_hashes: Mapping[str, str]) -> CrossChecked:
+def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
+                  fresh: Mapping[Key, WinnerRecord], kernel_hashes: Mapping[str, str]) -> CrossChecked:
     """The latest current cross-check of each fresh winner: one that measured this winner, on
     today's kernels, against the fill the table would give its key from the other winners now."""
     from .space import default_point
@@ -165,7 +169,8 @@ def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record], fr
     current = []
     for key, rec in latest.items():
         won = fresh.get(key)
-        if won is None or (rec.variant, rec.point, rec.kernel_hash) != (won.variant, won.point, won.kernel_hash):
+        own = (rec.variant, rec.point, rec.kernel_hash)
+        if won is None or own != (won.variant, won.point, won.kernel_hash):
             continue
         others = {k: w for k, w in fresh.items() if k != key}
         row = next((r for r in fill_nearest(spec, chip, others) if r.key == key), None)

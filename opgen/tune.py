@@ -318,7 +318,8 @@ class Campaign:
 
     def study_name(self, plan: StudyPlan) -> str:
         """The study's identity (:meth:`StudyPlan.name`) on this campaign's toolchain and kernels."""
-        return plan.name(self.spec.op, self.profile.name, self.toolchain, self.kernel_hash.get(plan.variant.name, ""))
+        kernel = self.kernel_hash.get(plan.variant.name, "")
+        return plan.name(self.spec.op, self.profile.name, self.toolchain, kernel)
 
     def stored(self, plan: StudyPlan) -> list[Measured]:
         """Every point a study measured in earlier runs, read without measuring or enqueuing (none

@@ -140,7 +140,8 @@ def test_bench_merge_refuses_shards_of_other_generated_code_or_toolchains(tmp_pa
     split = shard.assign([1.0] * len(ids), 2)
     results = [[CaseResult(c, 1.0, 2.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
                 for c, s in zip(ids, split) if s == k] for k in range(2)]
-    base = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla", "--merge"]
+    base = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla",
+            "--merge"]
     cases = {"old": (_shard_json(results[1], generated="sha256:0123456789abcdef"), "measured generated code"),
              "other gpu": (_shard_json(results[1], device="NVIDIA H100"), "different toolchains"),
              "no provenance": (json.dumps(results[1]), "does not say which generated code")}
@@ -160,5 +161,6 @@ def _shard_json(results: list[dict], generated: str | None = None, device: str =
     """What `opgen bench --shard K/N --json F` writes on this tree."""
     from opgen.compare import generated_hash
 
-    return json.dumps(dict(op="chunk_gla_fwd_o_gk", generated=generated or generated_hash(ROOT, "chunk_gla_fwd_o_gk"),
+    generated = generated or generated_hash(ROOT, "chunk_gla_fwd_o_gk")
+    return json.dumps(dict(op="chunk_gla_fwd_o_gk", generated=generated,
                            toolchain={"triton": "3.6.0", "device": device}, results=results))
