@@ -13,10 +13,12 @@ class InterpreterBackend:
         self.device = device
 
     def toolchain(self) -> dict[str, str]:
-        import torch
+        """Read without importing torch (the tuner's own process never needs it here)."""
+        from importlib.metadata import version
+
         import triton
 
-        return {"triton": triton.__version__, "torch": torch.__version__.split("+")[0], "device": "cpu"}
+        return {"triton": triton.__version__, "torch": version("torch").split("+")[0], "device": "cpu"}
 
     def synchronize(self) -> None:
         return None
