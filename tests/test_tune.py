@@ -322,6 +322,32 @@ def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added_and_the_edge
     assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
 
 
+def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
+    """A bucket without winners of its own is seeded with the row the table fills it with from
+    the nearest tuned bucket, beside the spec's default."""
+    root = _project(tmp_path)
+    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
+    _tune(root, *args)
+    won = [r for r in _records(root) if r["kind"] == "winner"][0]["point"]["BLOCK"]
+    default = 32 if won == 16 else 16
+    spec = root / "specs" / "toy_op.yaml"
+    spec.write_text(spec.read_text().replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
+                                             f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}"}}'))
+    _opgen(root, "build")
+    from opgen.campaign import kernel_hashes, neighbour_seeds
+    from opgen.hardware import profile
+    from opgen.spec import load_spec
+
+    toy, chip = load_spec(spec, root), profile("interpreter")
+    seeds = neighbour_seeds(toy, chip, root / RECORDS, kernel_hashes(root, toy, chip.rendering))
+    assert {r.key: r.point["BLOCK"] for r in seeds} == {(1,): won, (2,): won}
+    _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", "--warmup", "1", "--repeat", "2",
+           "--no-progress", *args)
+    new = [r for r in _records(root) if r["kind"] == "winner" and r["key"] == [1]][0]
+    trials = [r["point"]["BLOCK"] for r in _records(root) if r["kind"] == "trial" and r["study"] == new["study"]]
+    assert sorted(trials) == sorted([default, won])
+
+
 def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_final():
     """The compile workers share the host and the device: a point that timed out among them is
     measured again alone; a crash or a wrong result there is final (not measured twice)."""
