@@ -247,6 +247,21 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> list:
     return [found[c] for c in order]
 
 
+def _cmd_records(args: argparse.Namespace) -> int:
+    from .campaign import kernel_hashes
+    from .hardware import profile
+    from .records import record_path
+    from .report import report
+    from .spec import load_spec
+
+    root = _root(args)
+    spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
+    chip = profile(args.chip)
+    path = Path(args.records) if args.records else record_path(root, chip.name, spec.op)
+    print(report(spec, chip, path, kernel_hashes(root, spec, chip.rendering)))
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     import math
 
@@ -312,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--merge", nargs="+", metavar="JSON",
                          help="run nothing: print one table from the --json files of shards run apart")
     bench_p.set_defaults(func=_cmd_bench)
+    records_p = sub.add_parser("records", help="report what the tuning records of an op on a chip hold")
+    records_p.add_argument("op")
+    records_p.add_argument("--chip", required=True)
+    records_p.add_argument("--records", help="record file (default: records/<chip>/<op>.jsonl)")
+    records_p.set_defaults(func=_cmd_records)
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")
     replay_p.add_argument("--chip", required=True)

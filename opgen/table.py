@@ -47,9 +47,16 @@ class CrossChecked:
     """What the records' cross-checks say of the frozen table: how many tuned rows have a current
     check (same winner, same kernels, same fill as the table would now give), and the worst."""
 
-    checked: int
+    current: tuple[CheckRecord, ...]
     tuned: int
-    worst: CheckRecord | None
+
+    @property
+    def checked(self) -> int:
+        return len(self.current)
+
+    @property
+    def worst(self) -> CheckRecord | None:
+        return max(self.current, key=lambda r: (r.loss, sort_key(r.key)), default=None)
 
     @property
     def flagged(self) -> bool:
@@ -152,7 +159,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
-        else CrossChecked(0, len(fresh), None)
+        else CrossChecked((), len(fresh))
     return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks)
 
 
@@ -181,8 +188,7 @@ def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
             fill = (point.variant, point.config)
         if (rec.fill_variant, rec.fill_point) == fill and rec.fill_kernel_hash == kernel_hashes.get(fill[0]):
             current.append(rec)
-    worst = max(current, key=lambda r: (r.loss, sort_key(r.key)), default=None)
-    return CrossChecked(len(current), len(fresh), worst)
+    return CrossChecked(tuple(sorted(current, key=lambda r: sort_key(r.key))), len(fresh))
 
 
 def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,

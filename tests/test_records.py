@@ -237,7 +237,7 @@ def test_frozen_rows_sorted_deterministic_and_commented(tmp_path, gla, hashes):
 
 def test_no_record_file_means_no_rows(tmp_path, gla, hashes):
     assert tables.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == tables.FrozenTable(
-        (), (), 0, 0, tables.CrossChecked(0, 0, None))
+        (), (), 0, 0, tables.CrossChecked((), 0))
 
 
 def test_stale_kernel_hash_is_excluded_and_reported(tmp_path, gla, hashes):
@@ -347,7 +347,7 @@ def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, ha
     assert fill.point["BV"] == 128
     check = _check(a, fill.variant, fill.point, own_ms=0.1, fill_ms=0.13)
     got = tables.cross_checked(gla, CHIP, [a, b, check], fresh, hashes)
-    assert (got.checked, got.tuned, got.worst) == (1, 2, check) and got.flagged
+    assert (got.current, got.tuned, got.worst) == ((check,), 2, check) and got.flagged
     assert all(s in got.line() for s in ("1 of 2 tuned rows checked", "worst loss 30.0%", "FLAGGED"))
     lenient = _check(a, fill.variant, fill.point, margin=0.5)
     assert not tables.cross_checked(gla, CHIP, [lenient], fresh, hashes).flagged

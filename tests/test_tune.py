@@ -186,6 +186,13 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     _opgen(root, "build")
     generated = root / "generated" / "toy_op" / "table_interpreter.py"
     assert "Cross-check: 2 of 2 tuned rows checked against their leave-one-out fill; worst loss" in generated.read_text()
+    report = _opgen(root, "records", "toy_op", "--chip", "interpreter").stdout.splitlines()
+    trials = [r for r in _records(root) if r["kind"] == "trial"]
+    for key in (0, 1):
+        row = next(line for line in report if line.startswith(f"{key} "))
+        ok = sum(1 for r in trials if r["key"] == [key] and r["status"] == "ok")
+        assert " good " in row and row.endswith(f"  {ok} ok") and "%" in row
+    assert report[-1].startswith("Cross-check: 2 of 2 tuned rows checked")
     lines = (root / RECORDS).read_text().splitlines()
     for i, line in enumerate(lines):
         rec = json.loads(line)
