@@ -359,3 +359,17 @@ def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, ha
     failed = _check(a, fill.variant, fill.point, fill_ms=None)
     assert failed.loss == float("inf") and tables.cross_checked(gla, CHIP, [failed], fresh, hashes).flagged
 
+
+
+def test_earlier_winners_are_the_newest_distinct_three_keyed_by_their_case(gla):
+    """Seeds of a bucket's studies: newest first, no repeats, at most three; the key comes from the
+    case under today's edges, not from the key stored when it was tuned."""
+    from opgen.campaign import earlier_winners
+
+    points = [{**POINT, "BV": bv} for bv in (32, 64, 128, 64, 32)]
+    found = [_winner(gla, point=p) for p in points]
+    moved = dataclasses.replace(_winner(gla, point={**POINT, "num_warps": 8}, K=96, V=96), key=(0,) * 7)
+    got = earlier_winners(gla, [*found, moved, _trial()])
+    assert [p.config["BV"] for p in got[found[0].key]] == [32, 64, 128]
+    assert [p.config["num_warps"] for p in got[_key(gla, moved.case)]] == [8] and (0,) * 7 not in got
+    assert [p.config["BV"] for p in earlier_winners(gla, found, keep=1)[found[0].key]] == [32]
