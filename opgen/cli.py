@@ -123,9 +123,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                                            progress=not args.no_progress)
     rivals = []
     if args.variants and args.trials > 0:  # the other variants' stored points still compete
+        from .space import variants_for
+
         keys = {p.bucket.key for p in plans}
-        rivals = [p for p in tune.plan(spec, chip, rows) if p.bucket.key in keys
-                  and p.variant.name not in args.variants.split(",")]
+        others = [v.name for v in variants_for(spec, chip.rendering) if v.name not in args.variants.split(",")]
+        rivals = [p for p in tune.plan(spec, chip, rows, others) if p.bucket.key in keys] if others else []
     winners = campaign.run(plans, earlier, rivals) if args.trials > 0 else []
     print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")

@@ -14,14 +14,14 @@ from typing import Mapping
 from .hardware import ChipProfile
 from .records import TrialRecord, read, sort_key
 from .spec import OpSpec
-from .table import cross_checked, frozen_rows, fresh_winners
+from .table import cross_checked, split_winners
 
 
 def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> str:
     """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> today's kernel)."""
     found = read(path, op=spec.op, chip=chip.name)
-    fresh = fresh_winners(spec, chip, path, kernel_hashes)
-    stale = {s.record.key: s.reason for s in frozen_rows(spec, chip, path, kernel_hashes, fill=False).stale}
+    fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
+    stale = {s.record.key: s.reason for s in old}
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)
     loss = {c.key: c.loss for c in checks.current}
     trials: dict[tuple, Counter] = {}

@@ -22,7 +22,7 @@ from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners",
-           "stale", "fill_nearest"]
+           "split_winners", "stale", "fill_nearest"]
 
 
 class Row(NamedTuple):
@@ -152,7 +152,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         BudgetError: a fresh winner over the chip's budget.
     """
     records = read(path, op=spec.op, chip=chip.name)
-    fresh, old = _split(spec, chip, path, records.records, kernel_hashes)
+    fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
     filled = fill_nearest(spec, chip, fresh) if fill else []
@@ -196,12 +196,12 @@ def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
     """The latest winners at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
     if not path.exists():
         return {}
-    return _split(spec, chip, path, read(path, op=spec.op, chip=chip.name).records, kernel_hashes)[0]
+    return split_winners(spec, chip, path, read(path, op=spec.op, chip=chip.name).records, kernel_hashes)[0]
 
 
-def _split(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
+def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
            kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], list[StaleWinner]]:
-    """Each key's latest winner, fresh or stale (with its reason)."""
+    """Each key's latest winner among ``records`` (read from ``path``), fresh or stale (with its reason)."""
     fresh: dict[Key, WinnerRecord] = {}
     old: list[StaleWinner] = []
     for key, rec in latest_winners(records).items():
