@@ -101,9 +101,9 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     else:
         programs = backend.cores() if name == "npu" else chip.cores
     hashes = kernel_hashes(root, spec, chip.rendering)
-    earlier = earlier_winners(spec, read(records_path, op=spec.op, chip=chip.name).records) \
-        if records_path.exists() else {}
-    for row in neighbour_seeds(spec, chip, records_path, hashes):
+    found = read(records_path, op=spec.op, chip=chip.name).records
+    earlier = earlier_winners(spec, found)
+    for row in neighbour_seeds(spec, chip, records_path, found, hashes):
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
     campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
@@ -135,10 +135,12 @@ def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> d
     return out
 
 
-def neighbour_seeds(spec: OpSpec, chip: ChipProfile, records_path: Path, hashes: dict[str, str]) -> list:
+def neighbour_seeds(spec: OpSpec, chip: ChipProfile, records_path: Path, records: Iterable[Record],
+                    hashes: dict[str, str]) -> list:
     """For each bucket never tuned, the row the table fills it with from the nearest tuned bucket
-    (:func:`opgen.table.fill_nearest`): a first study there starts from its neighbour's winner."""
-    from .table import fill_nearest, fresh_winners
+    (:func:`opgen.table.fill_nearest`): a first study there starts from its neighbour's winner.
+    ``records`` were read from ``records_path``."""
+    from .table import fill_nearest, split_winners
 
-    return fill_nearest(spec, chip, fresh_winners(spec, chip, records_path, hashes))
+    return fill_nearest(spec, chip, split_winners(spec, chip, records_path, records, hashes)[0])
 

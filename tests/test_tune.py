@@ -343,10 +343,12 @@ def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
     _opgen(root, "build")
     from opgen.campaign import kernel_hashes, neighbour_seeds
     from opgen.hardware import profile
+    from opgen.records import read
     from opgen.spec import load_spec
 
     toy, chip = load_spec(spec, root), profile("interpreter")
-    seeds = neighbour_seeds(toy, chip, root / RECORDS, kernel_hashes(root, toy, chip.rendering))
+    found = read(root / RECORDS, op="toy_op", chip="interpreter").records
+    seeds = neighbour_seeds(toy, chip, root / RECORDS, found, kernel_hashes(root, toy, chip.rendering))
     assert {r.key: r.point["BLOCK"] for r in seeds} == {(1,): won, (2,): won}
     _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", "--warmup", "1", "--repeat", "2",
            "--no-progress", *args)
