@@ -155,8 +155,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
     if args.merge:
-        merged = _merged(rows, [Path(f) for f in args.merge], compare.generated_hash(root, spec.op))
-        _print_table(merged, args)
+        generated = compare.generated_hash(root, spec.op)
+        merged, toolchain = _merged(rows, [Path(f) for f in args.merge], generated)
+        _print_table(merged, args, _provenance(spec.op, generated, toolchain))
         return 0
     if args.devices:
         return _bench_on_devices(args, _check_devices(args), rows)
@@ -182,21 +183,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for row in rows:
         results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
+    generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
         Path(args.json).write_text(json.dumps(dict(
-            op=spec.op, generated=compare.generated_hash(root, spec.op), toolchain=backend.toolchain(),
-            results=[dataclasses.asdict(r) for r in results])))
-    _print_table(results, args)
+            op=spec.op, generated=generated, toolchain=toolchain, results=[dataclasses.asdict(r) for r in results])))
+    _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
 
 
-def _print_table(results: list, args: argparse.Namespace) -> None:
+def _print_table(results: list, args: argparse.Namespace, provenance: str) -> None:
+    """Print the table; ``--output`` also gets it, after a line naming what was measured."""
     from . import compare
 
     text = compare.table(results, args.baseline)
     print(text)
     if args.output:
-        Path(args.output).write_text(text + "\n")
+        Path(args.output).write_text(f"{provenance}\n{text}\n")
+
+
+def _provenance(op: str, generated: str, toolchain: dict[str, str]) -> str:
+    return f"# {op}: generated/{op} {generated}, measured on {json.dumps(toolchain, sort_keys=True)}"
 
 
 def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[dict]) -> int:
@@ -212,14 +218,16 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
         codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
         if any(codes):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
-        results = _merged(rows, files, compare.generated_hash(_root(args), args.op))
-    _print_table(results, args)
+        generated = compare.generated_hash(_root(args), args.op)
+        results, toolchain = _merged(rows, files, generated)
+    _print_table(results, args, _provenance(args.op, generated, toolchain))
     return 0
 
 
-def _merged(rows: list[dict], files: list[Path], generated: str) -> list:
-    """The results of the ``--json`` files of bench shards, in case order; every case present once,
-    every shard measured on the generated code ``generated`` (this tree's) with one toolchain."""
+def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, dict[str, str]]:
+    """The results of the ``--json`` files of bench shards, in case order, and their toolchain;
+    every case present once, every shard measured on the generated code ``generated`` (this
+    tree's) with one toolchain."""
     from .compare import CaseResult, case_id
 
     found: dict[str, CaseResult] = {}
@@ -246,7 +254,7 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> list:
     extra = sorted(set(found) - set(order))
     if extra:
         raise OpgenError(f"bench shards hold cases outside the case set: {extra}")
-    return [found[c] for c in order]
+    return [found[c] for c in order], json.loads(next(iter(toolchains)))
 
 
 def _cmd_records(args: argparse.Namespace) -> int:

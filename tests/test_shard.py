@@ -101,7 +101,9 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
     assert cli.main(argv) == 0
     assert calls == [(["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases",
                        "bench_fla"], ["cuda:0", "cuda:1"])]
-    table = out_file.read_text().splitlines()
+    provenance, *table = out_file.read_text().splitlines()
+    assert provenance.startswith("# chunk_gla_fwd_o_gk: generated/chunk_gla_fwd_o_gk sha256:")
+    assert provenance.endswith('measured on {"device": "NVIDIA H200", "triton": "3.6.0"}')
     assert [line.split()[0] for line in table[1:-1]] == ids
     assert table[-1].startswith("geomean speedup 1.500x") and f"error no worse than fla on {len(ids)}/{len(ids)}" in table[-1]
     assert capsys.readouterr().out.strip().endswith(table[-1])
