@@ -185,8 +185,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
     generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(
-            op=spec.op, generated=generated, toolchain=toolchain, results=[dataclasses.asdict(r) for r in results])))
+        Path(args.json).write_text(json.dumps(dict(op=spec.op, generated=generated, toolchain=toolchain,
+                                                   results=[dataclasses.asdict(r) for r in results])))
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
 
