@@ -22,7 +22,7 @@ from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners",
-           "split_winners", "stale", "fill_nearest"]
+           "split_winners", "stale", "fill_nearest", "leave_one_out_fill"]
 
 
 class Row(NamedTuple):
@@ -167,8 +167,6 @@ def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
                   fresh: Mapping[Key, WinnerRecord], kernel_hashes: Mapping[str, str]) -> CrossChecked:
     """The latest current cross-check of each fresh winner: one that measured this winner, on
     today's kernels, against the fill the table would give its key from the other winners now."""
-    from .space import default_point
-
     latest: dict[Key, CheckRecord] = {}
     for rec in records:
         if isinstance(rec, CheckRecord):
@@ -179,16 +177,26 @@ def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
         own = (rec.variant, rec.point, rec.kernel_hash)
         if won is None or own != (won.variant, won.point, won.kernel_hash):
             continue
-        others = {k: w for k, w in fresh.items() if k != key}
-        row = next((r for r in fill_nearest(spec, chip, others) if r.key == key), None)
-        if row is not None:
-            fill = (row.variant, row.point)
-        else:
-            point = default_point(spec, chip, _params(spec, won.case, f"cross-check of {key}"))
-            fill = (point.variant, point.config)
-        if (rec.fill_variant, rec.fill_point) == fill and rec.fill_kernel_hash == kernel_hashes.get(fill[0]):
+        params = _params(spec, won.case, f"cross-check of {key}")
+        variant, point, _ = leave_one_out_fill(spec, chip, fresh, key, params)
+        same_kernel = rec.fill_kernel_hash == kernel_hashes.get(variant)
+        if (rec.fill_variant, rec.fill_point) == (variant, point) and same_kernel:
             current.append(rec)
     return CrossChecked(tuple(sorted(current, key=lambda r: sort_key(r.key))), len(fresh))
+
+
+def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], key: Key,
+                       params: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """What the table would give ``key`` from the other tuned keys alone: the nearest fill's variant,
+    point and source (``from <key>``), or with none the spec's default for ``params`` (source None)."""
+    from .space import default_point
+
+    others = {k: w for k, w in tuned.items() if k != key}
+    row = next((r for r in fill_nearest(spec, chip, others) if r.key == key), None)
+    if row is not None:
+        return row.variant, row.point, row.comment.split(", median")[0]
+    point = default_point(spec, chip, params)
+    return point.variant, dict(point.config), None
 
 
 def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,

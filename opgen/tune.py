@@ -417,7 +417,7 @@ class Campaign:
         bucket from the other buckets' winners alone (how a shape between tuned points fares),
         and record each check (``margin``: the loss that flags the table). The workers are
         closed again afterwards."""
-        from .table import fill_nearest
+        from .table import leave_one_out_fill
 
         out = []
         for bucket in buckets_:
@@ -425,13 +425,9 @@ class Campaign:
             if winner is None:
                 continue
             own = Point(winner.variant, tuple((n, winner.point[n]) for n in self.spec.tunables_for(self.profile.backend)))
-            others = {k: w for k, w in tuned.items() if k != bucket.key}
-            row = next((r for r in fill_nearest(self.spec, self.profile, others) if r.key == bucket.key), None)
-            if row is not None:
-                fill = Point(row.variant, tuple(row.point.items()))
-                source = row.comment.split(", median")[0]
-            else:
-                fill, source = default_point(self.spec, self.profile, bucket.params[0]), None
+            variant, point, source = leave_one_out_fill(self.spec, self.profile, tuned, bucket.key,
+                                                        bucket.params[0])
+            fill = Point(variant, tuple(point.items()))
             times = self.side_by_side([own] if fill == own else [own, fill], bucket)
             check = CrossCheck(bucket.key, own, source, fill, times[own], times.get(fill, times[own]))
             out.append(check)
