@@ -79,9 +79,12 @@ def summary(winners: list[dict[str, Any]], key_names: tuple[str, ...]) -> str:
 
 def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | None, storage: str,
                   settings: Settings, records_path: Path, date: str,
-                  progress: bool = True) -> tuple[Campaign, dict[tuple, list[Point]]]:
-    """A campaign on the chip's backend, refusing a device that is not that chip, plus the
-    earlier winners in the records (enqueued first by :meth:`Campaign.run`)."""
+                  progress: bool = True) -> tuple[Campaign, dict[tuple, list[Point]], dict[tuple, Point]]:
+    """A campaign on the chip's backend, refusing a device that is not that chip, plus what the
+    records hand :meth:`Campaign.run`: the earlier winners of each bucket (enqueued first) and its
+    standing winner, the one the build freezes now (it competes for its bucket again)."""
+    from .table import fill_nearest, split_winners
+
     from .backends import get_backend
     from .errors import UnsupportedInput
     from .records import read
@@ -103,12 +106,15 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     hashes = kernel_hashes(root, spec, chip.rendering)
     found = read(records_path, op=spec.op, chip=chip.name).records
     earlier = earlier_winners(spec, found)
-    for row in neighbour_seeds(spec, chip, records_path, found, hashes):
+    fresh = split_winners(spec, chip, records_path, found, hashes)[0]
+    for row in fill_nearest(spec, chip, fresh):  # an untuned bucket starts from its neighbour's winner
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
+    tunables = spec.tunables_for(chip.backend)
+    standing = {key: Point(w.variant, tuple((n, w.point[n]) for n in tunables)) for key, w in fresh.items()}
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
     campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
                         toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
-    return campaign, earlier
+    return campaign, earlier, standing
 
 
 def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> dict[tuple, list[Point]]:
@@ -133,14 +139,3 @@ def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> d
         if point not in found and len(found) < keep:
             found.append(point)
     return out
-
-
-def neighbour_seeds(spec: OpSpec, chip: ChipProfile, records_path: Path, records: Iterable[Record],
-                    hashes: dict[str, str]) -> list:
-    """For each bucket never tuned, the row the table fills it with from the nearest tuned bucket
-    (:func:`opgen.table.fill_nearest`): a first study there starts from its neighbour's winner.
-    ``records`` were read from ``records_path``."""
-    from .table import fill_nearest, split_winners
-
-    return fill_nearest(spec, chip, split_winners(spec, chip, records_path, records, hashes)[0])
-

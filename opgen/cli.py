@@ -119,8 +119,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
-    campaign, earlier = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings, path, date,
-                                           progress=not args.no_progress)
+    campaign, earlier, standing = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings,
+                                                             path, date, progress=not args.no_progress)
     rivals = []
     if args.variants and args.trials > 0:  # the other variants' stored points still compete
         from .space import variants_for
@@ -128,7 +128,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         keys = {p.bucket.key for p in plans}
         others = [v.name for v in variants_for(spec, chip.rendering) if v.name not in args.variants.split(",")]
         rivals = [p for p in tune.plan(spec, chip, rows, others) if p.bucket.key in keys] if others else []
-    winners = campaign.run(plans, earlier, rivals) if args.trials > 0 else []
+    winners = campaign.run(plans, earlier, rivals, standing) if args.trials > 0 else []
     print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")
     if args.cross_check:

@@ -7,8 +7,9 @@ hosts), so a killed campaign resumes where it stopped; every measured trial is a
 the tracked tuning records. Exhaustive search where the feasible space is small, seeded TPE
 otherwise; the spec's default and earlier winners are enqueued first; a point is never measured
 twice in a study. The best few of each study (studies the deadline cut off and studies of
-variants left out of the campaign with the points they hold) are re-measured side by side and the
-winner is chosen by a fixed tie rule. The only module that imports optuna.
+variants left out of the campaign with the points they hold), with the bucket's standing frozen
+winner, are re-measured side by side and the winner is chosen by a fixed tie rule. The only
+module that imports optuna.
 Uses ``spec``, ``space``, ``worker``, ``records``, ``hardware``, ``bench``.
 """
 from __future__ import annotations
@@ -16,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from . import bench
 from .errors import UnsupportedInput
@@ -441,14 +443,16 @@ class Campaign:
         return out
 
     def run(self, plans: list[StudyPlan], earlier: dict[tuple, list[Point]] | None = None,
-            rivals: Iterable[StudyPlan] = ()) -> list[dict[str, Any]]:
+            rivals: Iterable[StudyPlan] = (), standing: Mapping[tuple, Point] | None = None) -> list[dict[str, Any]]:
         """Run every study, bucket by bucket, each within its share of the campaign's time, and
         emit one winner per bucket; each study measures the spec's default and ``earlier`` winners
         of its bucket first. The stored points of ``rivals`` (studies of variants this campaign
-        does not search) compete for their buckets too, so a narrower campaign loses nothing."""
+        does not search) compete for their buckets too, and so does the ``standing`` winner of a
+        bucket (the row the table freezes now), measured again when no study of this run holds
+        it: a narrower, shorter or journal-less campaign loses nothing it had."""
         from tqdm import tqdm
 
-        earlier = earlier or {}
+        earlier, standing = earlier or {}, standing or {}
         by_bucket: dict[tuple, list[StudyPlan]] = {}
         for p in plans:
             by_bucket.setdefault(p.bucket.key, []).append(p)
@@ -478,6 +482,14 @@ class Campaign:
                     bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
                 for p in others.get(key, ()):
                     by_variant.setdefault(p.variant.name, self.stored(p))
+                held = standing.get(key)
+                if held is not None and not any(m.point == held for ms in by_variant.values() for m in ms):
+                    again = self.measure_batch([held], group[0].bucket)
+                    if not again[0].ok:
+                        r = next(r for r in again[0].results if r.status != "ok")
+                        print(f"standing winner {held.name()} of {key} failed again: {r.status} {r.reason}",
+                              file=sys.stderr)
+                    by_variant[held.variant] = [*by_variant.get(held.variant, []), *again]
                 winner = self.choose(group[0].bucket, by_variant)
                 if winner is not None:
                     winner["study"] = self.study_name(group[0])

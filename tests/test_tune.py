@@ -205,8 +205,9 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
 
 def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_path):
     """Searching one variant again must not displace a better variant searched before (the other
-    variants' studies of the bucket compete with what they hold: here the only correct one), and a
-    campaign out of time measures nothing new but still chooses from every study's stored points."""
+    variants' studies of the bucket compete with what they hold: here the only correct one), a
+    campaign out of time measures nothing new but still chooses from every study's stored points,
+    and without the journal the frozen winner is measured again and kept."""
     root = _project(tmp_path)
     args = ("--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
     _tune(root, "--variants", "good", *args)
@@ -219,6 +220,12 @@ def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_pa
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert [w["variant"] for w in winners] == ["good"] * 3
     assert winners[2]["point"] == winners[0]["point"] and winners[2]["study"] == winners[0]["study"]
+    # a fresh checkout has the records but no journal: the standing winner is measured again
+    (root / ".tune" / "interpreter-toy_op.journal").unlink()
+    _tune(root, "--variants", "wrong", *args, "--campaign-seconds", "0")
+    winners = [r for r in _records(root) if r["kind"] == "winner"]
+    assert len(winners) == 4 and winners[3]["point"] == winners[0]["point"]
+    assert list(winners[3]["remeasured_ms"]) == [f"good:BLOCK={winners[0]['point']['BLOCK']}"]
 
 
 def test_an_unknown_variant_is_an_error_that_names_it(capsys):
@@ -341,15 +348,16 @@ def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
     spec.write_text(spec.read_text().replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
                                              f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}"}}'))
     _opgen(root, "build")
-    from opgen.campaign import kernel_hashes, neighbour_seeds
+    from opgen.campaign import open_campaign
     from opgen.hardware import profile
-    from opgen.records import read
     from opgen.spec import load_spec
+    from opgen.tune import Settings
 
     toy, chip = load_spec(spec, root), profile("interpreter")
-    found = read(root / RECORDS, op="toy_op", chip="interpreter").records
-    seeds = neighbour_seeds(toy, chip, root / RECORDS, found, kernel_hashes(root, toy, chip.rendering))
-    assert {r.key: r.point["BLOCK"] for r in seeds} == {(1,): won, (2,): won}
+    _, earlier, standing = open_campaign(root, toy, chip, None, str(tmp_path / "j.journal"), Settings(),
+                                         root / RECORDS, "2026-11-30", progress=False)
+    assert {k: [p.config["BLOCK"] for p in ps] for k, ps in earlier.items()} == {(0,): [won], (1,): [won], (2,): [won]}
+    assert {k: (p.variant, p.config) for k, p in standing.items()} == {(0,): ("good", {"BLOCK": won})}
     _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", "--warmup", "1", "--repeat", "2",
            "--no-progress", *args)
     new = [r for r in _records(root) if r["kind"] == "winner" and r["key"] == [1]][0]
@@ -421,3 +429,39 @@ def test_a_tight_campaign_shares_its_time_over_the_studies_left():
     # 60 s over 6, then over 5, 4, 3, 2 and 1
     assert len(given) == 9
     assert [round(t) for v, t in given if v != "empty"] == [10, 12, 15, 20, 30, 60]
+
+
+def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
+    """A campaign cut short, or started without the journal, must not replace a bucket's frozen
+    winner with a slower point only because that winner's study did not run: the standing winner
+    is measured again (check included) and joins the side-by-side, unless a study already holds it."""
+    from types import SimpleNamespace
+
+    from opgen import tune
+    from opgen.space import Point
+    from opgen.worker import Result
+
+    def pt(variant: str, block: int) -> Point:
+        return Point(variant, (("BLOCK", block),))
+
+    def measured(p: Point, ms: float = 1.0) -> tune.Measured:
+        return tune.Measured(p, [Result("ok", median_ms=ms)])
+
+    campaign = tune.Campaign.__new__(tune.Campaign)
+    campaign.settings, campaign.progress, campaign.pool = tune.Settings(), False, []
+    campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
+    campaign.worker = SimpleNamespace(close=lambda: None)
+    campaign.deadline = time.monotonic() + 60.0
+    campaign.run_study = lambda plan, enqueue, seconds: [measured(pt("fast", 16) if plan.bucket.key == (0,)
+                                                                  else pt("slow", 32), 5.0)]
+    again, chosen = [], {}
+    campaign.measure_batch = lambda points_, bucket: again.append((bucket.key, points_)) or [measured(points_[0], 2.0)]
+    campaign.choose = lambda bucket, by_variant: chosen.setdefault(bucket.key, by_variant) and None
+    plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name="any"),
+                             default=None, points=(1,)) for k in range(3)]
+    standing = {(0,): pt("fast", 16), (1,): pt("fast", 16)}
+    campaign.run(plans, standing=standing)
+    assert again == [((1,), [pt("fast", 16)])]  # bucket 0's study held it; bucket 2 has none
+    assert [m.point for m in chosen[(1,)]["fast"]] == [pt("fast", 16)]
+    assert [m.point for m in chosen[(1,)]["any"]] == [pt("slow", 32)]
+    assert list(chosen[(2,)]) == ["any"]
