@@ -2,7 +2,9 @@
 
 Per key: the winner the build freezes (or why the latest one is stale), its median, the margin to
 its runner-up and its date; the trials measured there on today's kernels, by status; the loss of
-its current cross-check. Then the table's cross-check verdict. Reads the records only, no device.
+its current cross-check; and another point that won the key earlier on the same kernel and ran
+faster in its own run (a later, shorter search may have displaced it). Then the table's
+cross-check verdict. Reads the records only, no device.
 Uses ``records``, ``table``.
 """
 from __future__ import annotations
@@ -12,9 +14,13 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import ChipProfile
-from .records import TrialRecord, read, sort_key
+from .records import TrialRecord, WinnerRecord, read, sort_key
 from .spec import OpSpec
 from .table import cross_checked, split_winners
+
+
+#: An earlier winner (another point) this much faster in its own run than the frozen one is named.
+EARLIER_FASTER = 0.05
 
 
 def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> str:
@@ -25,8 +31,14 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)
     loss = {c.key: c.loss for c in checks.current}
     trials: dict[tuple, Counter] = {}
+    faster: dict[tuple, WinnerRecord] = {}  # per key, the fastest earlier winner on today's kernels
     other = 0
     for rec in found.records:
+        if (isinstance(rec, WinnerRecord) and rec.key in fresh and kernel_hashes.get(rec.variant) == rec.kernel_hash
+                and (rec.variant, rec.point) != (fresh[rec.key].variant, fresh[rec.key].point)):
+            best = faster.get(rec.key)
+            if best is None or rec.median_ms < best.median_ms:
+                faster[rec.key] = rec
         if not isinstance(rec, TrialRecord):
             continue
         if kernel_hashes.get(rec.variant) == rec.kernel_hash:
@@ -46,6 +58,10 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             checked = f"{loss[key]:.1%}" if key in loss else "-"
             lines.append(f"{name:<44} {w.variant:<26} {w.median_ms:>9.4f} {margin:>7} {w.date:<10} "
                          f"{checked:>7}  {tried}")
+            e = faster.get(key)
+            if e is not None and e.median_ms * (1.0 + EARLIER_FASTER) < w.median_ms:
+                lines.append(f"{'':<44} an earlier winner, {e.variant} at {e.median_ms:.4f} ms in its run "
+                             f"({e.date}); the frozen one is {w.median_ms / e.median_ms - 1:.0%} slower")
         else:
             lines.append(f"{name:<44} {'(' + stale[key] + ')' if key in stale else '(no winner)'}")
             lines.append(f"{'':<44} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")

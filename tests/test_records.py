@@ -373,3 +373,21 @@ def test_earlier_winners_are_the_newest_distinct_three_keyed_by_their_case(gla):
     assert [p.config["BV"] for p in got[found[0].key]] == [32, 64, 128]
     assert [p.config["num_warps"] for p in got[_key(gla, moved.case)]] == [8] and (0,) * 7 not in got
     assert [p.config["BV"] for p in earlier_winners(gla, found, keep=1)[found[0].key]] == [32]
+
+
+def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla, hashes):
+    from opgen.report import report
+
+    path = _path(tmp_path)
+    fast = _winner(gla, median=0.1, date="2026-11-29")
+    other = {**POINT, "BV": 128}
+    _write(path, [fast, _winner(gla, point=other, median=0.2), _winner(gla, point=other, median=0.25)])
+    text = report(gla, CHIP, path, hashes)
+    assert "an earlier winner, post_general_tiled at 0.1000 ms in its run (2026-11-29); " \
+           "the frozen one is 150% slower" in text
+    # the same point measured slower in a later run is noise between runs, not a displaced winner
+    _write(path, [fast, _winner(gla, median=0.2)])
+    assert "earlier winner" not in report(gla, CHIP, path, hashes)
+    # nor is an earlier winner within the margin
+    _write(path, [fast, _winner(gla, point=other, median=0.104)])
+    assert "earlier winner" not in report(gla, CHIP, path, hashes)
