@@ -3,8 +3,9 @@
 # cases) on one H200 (device tool, kind nvidia-h200, carry .whl): for when one GPU is lent and the
 # whole benchmark (FLA autotunes ~30 s per new shape) does not fit one call. Writes OUT/shardK.json;
 # join the shares here with
-#   opgen bench chunk_gla_fwd_o_gk --baseline fla --cases bench_fla --merge shard0.json shard1.json --output T
-# Usage: bash scripts/h200_bench_gla_shard.sh OUT_DIR K/N   (K counts from 0: 0/2, then 1/2)
+#   opgen bench chunk_gla_fwd_o_gk --baseline fla --cases bench_fla --merge shard0.json ... --output T
+# Usage: bash scripts/h200_bench_gla_shard.sh OUT_DIR K/N   (K counts from 0: 0/3, 1/3, 2/3 in
+# session 6, about 250 s each)
 set -uo pipefail
 out=${1:?output dir}; share=${2:?K/N}
 source scripts/device_env.sh
