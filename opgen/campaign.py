@@ -26,6 +26,17 @@ def cross_report(checks: list[CrossCheck], margin: float) -> str:
         worst = max(checks, key=lambda c: c.loss)
         verdict = "FLAGGED" if worst.loss > margin else "ok"
         lines.append(f"{verdict}: worst leave-one-out loss {worst.loss:.1%} at {worst.key} (margin {margin:.0%})")
+    every = [c for c in checks if c.others]
+    if every:  # --cross-check-all: the fastest of all the points measured beside each own winner
+        lines.append(f"{'key':<40} {'own ms':>9} {'best ms':>9} {'loss':>8}  fastest other winner there")
+        beaten = 0
+        for c in every:
+            source, point, ms = c.best_other
+            beaten += ms * (1.0 + margin) < c.own_ms
+            lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {ms:>9.4f} "
+                         f"{ms / c.own_ms - 1.0:>8.1%}  {source}: {point.name()}")
+        lines.append(f"{beaten} of {len(every)} own winners beaten by another bucket's winner by more than "
+                     f"the margin (their searches missed it)")
     return "\n".join(lines)
 
 

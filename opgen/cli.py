@@ -96,10 +96,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return 0
     if args.devices:  # one shard of the buckets per device, then the cross-check on the first
         devices = _check_devices(args)
-        argv = [a for a in _without(args.argv, "--devices") if a != "--cross-check"]
+        checks = ("--cross-check", "--cross-check-all")
+        argv = [a for a in _without(args.argv, "--devices") if a not in checks]
         codes = run_shards(argv, devices)
-        if args.cross_check and not any(codes):
-            codes += run_shards([*_without(argv, "--trials"), "--trials", "0", "--cross-check"], devices[:1])
+        if (args.cross_check or args.cross_check_all) and not any(codes):
+            flag = checks[args.cross_check_all]
+            codes += run_shards([*_without(argv, "--trials"), "--trials", "0", flag], devices[:1])
         if any(codes):
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
         return 0
@@ -131,11 +133,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     winners = campaign.run(plans, earlier, rivals, standing) if args.trials > 0 else []
     print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
     print(f"records: {path}; run `opgen build` to freeze them")
-    if args.cross_check:
+    if args.cross_check or args.cross_check_all:
         from .table import fresh_winners
 
         tuned = fresh_winners(spec, chip, path, campaign.kernel_hash)
-        checks = campaign.cross_check(tune.buckets(spec, rows), tuned, args.cross_margin)
+        checks = campaign.cross_check(tune.buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
         print(campaign_mod.cross_report(checks, args.cross_margin))
     return 0
 
@@ -314,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--exhaustive-below", type=int, default=64, help="search exhaustively up to this many points")
     tune_p.add_argument("--cross-check", action="store_true",
                         help="re-measure each tuned bucket's winner against the table's fill from the others")
+    tune_p.add_argument("--cross-check-all", action="store_true",
+                        help="--cross-check, and every other bucket's winner re-measured on each bucket too")
     tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
     tune_p.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")

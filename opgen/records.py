@@ -218,11 +218,13 @@ class WinnerRecord(_Record):
 
 @dataclass(frozen=True)
 class CheckRecord(_Record):
-    """A tuned winner (the common fields) re-measured beside the row the table would fill its key
-    with from the other keys' winners alone (``opgen tune --cross-check``).
+    """A tuned winner (the common fields) re-measured beside another point on its key's case: the
+    row the table would fill its key with from the other keys' winners alone (``opgen tune
+    --cross-check``) or, with ``--cross-check-all``, another key's winner.
 
-    ``fill_from`` names the key the fill came from (None: the spec's default); a time is None
-    when that point failed its re-measure. ``margin`` is the loss that flags the table.
+    ``fill_from`` says where that point came from (``from <key>``: the fill; ``winner of <key>``;
+    None: the spec's default); a time is None when that point failed its re-measure. ``margin``
+    is the loss that flags the table.
     """
 
     fill_variant: str

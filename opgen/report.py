@@ -2,9 +2,10 @@
 
 Per key: the winner the build freezes (or why the latest one is stale), its median, the margin to
 its runner-up and its date; the trials measured there on today's kernels, by status; the loss of
-its current cross-check; and another point that won the key earlier on the same kernel and ran
-faster in its own run (a later, shorter search may have displaced it). Then the table's
-cross-check verdict. Reads the records only, no device.
+its current cross-check; another point that won the key earlier on the same kernel and ran
+faster in its own run (a later, shorter search may have displaced it), and another point that ran
+faster beside the winner in a cross-check (its search missed it). Then the table's cross-check
+verdict. Reads the records only, no device.
 Uses ``records``, ``table``.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import ChipProfile
-from .records import TrialRecord, WinnerRecord, read, sort_key
+from .records import CheckRecord, TrialRecord, WinnerRecord, read, sort_key
 from .spec import OpSpec
 from .table import cross_checked, split_winners
 
@@ -32,8 +33,12 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     loss = {c.key: c.loss for c in checks.current}
     trials: dict[tuple, Counter] = {}
     faster: dict[tuple, WinnerRecord] = {}  # per key, the fastest earlier winner on today's kernels
+    beside: dict[tuple, CheckRecord] = {}  # per key, the check whose other point beat the winner most
     other = 0
     for rec in found.records:
+        if isinstance(rec, CheckRecord) and _checks_frozen(rec, fresh, kernel_hashes) and rec.loss < 0:
+            if rec.key not in beside or rec.loss < beside[rec.key].loss:
+                beside[rec.key] = rec
         if (isinstance(rec, WinnerRecord) and rec.key in fresh and kernel_hashes.get(rec.variant) == rec.kernel_hash
                 and (rec.variant, rec.point) != (fresh[rec.key].variant, fresh[rec.key].point)):
             best = faster.get(rec.key)
@@ -62,6 +67,10 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             if e is not None and e.median_ms * (1.0 + EARLIER_FASTER) < w.median_ms:
                 lines.append(f"{'':<44} an earlier winner, {e.variant} at {e.median_ms:.4f} ms in its run "
                              f"({e.date}); the frozen one is {w.median_ms / e.median_ms - 1:.0%} slower")
+            c = beside.get(key)
+            if c is not None and c.fill_ms * (1.0 + EARLIER_FASTER) < c.own_ms:
+                lines.append(f"{'':<44} {c.fill_variant} ({c.fill_from or 'spec default'}) ran "
+                             f"{c.own_ms / c.fill_ms - 1:.0%} faster here in a cross-check ({c.date})")
         else:
             lines.append(f"{name:<44} {'(' + stale[key] + ')' if key in stale else '(no winner)'}")
             lines.append(f"{'':<44} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")
@@ -69,3 +78,10 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
         lines.append(f"{other} trials measured kernels other than today's (not counted above)")
     lines.append(checks.line())
     return "\n".join(lines)
+
+
+def _checks_frozen(rec: CheckRecord, fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]) -> bool:
+    """Whether a cross-check measured the key's frozen winner and its other point on today's kernels."""
+    won = fresh.get(rec.key)
+    return (won is not None and (rec.variant, rec.point, rec.kernel_hash) == (won.variant, won.point, won.kernel_hash)
+            and kernel_hashes.get(rec.fill_variant) == rec.fill_kernel_hash)

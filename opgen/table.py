@@ -126,6 +126,12 @@ def _fits(spec: OpSpec, chip: ChipProfile, variant_name: str, point: Mapping[str
     return is_legal(spec, variant, params), used is None or used[1] <= chip.budget(used[0])
 
 
+def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any]) -> bool:
+    """Whether a winner's variant is legal for ``params`` and its point within the chip's budget there."""
+    legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
+    return legal and fits
+
+
 def _comment(rec: WinnerRecord) -> str:
     parts = [f"median {rec.median_ms:.4f} ms"]
     if rec.budget is not None:
@@ -166,23 +172,22 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
                   fresh: Mapping[Key, WinnerRecord], kernel_hashes: Mapping[str, str]) -> CrossChecked:
     """The latest current cross-check of each fresh winner: one that measured this winner, on
-    today's kernels, against the fill the table would give its key from the other winners now."""
+    today's kernels, against the fill the table would give its key from the other winners now
+    (a check of another point, from ``--cross-check-all``, counts once the fill rule picks it)."""
+    fills: dict[Key, tuple[str, dict[str, Any]]] = {}
     latest: dict[Key, CheckRecord] = {}
     for rec in records:
-        if isinstance(rec, CheckRecord):
-            latest[rec.key] = rec
-    current = []
-    for key, rec in latest.items():
-        won = fresh.get(key)
-        own = (rec.variant, rec.point, rec.kernel_hash)
-        if won is None or own != (won.variant, won.point, won.kernel_hash):
+        won = fresh.get(rec.key) if isinstance(rec, CheckRecord) else None
+        if won is None or (rec.variant, rec.point, rec.kernel_hash) != (won.variant, won.point, won.kernel_hash):
             continue
-        params = _params(spec, won.case, f"cross-check of {key}")
-        variant, point, _ = leave_one_out_fill(spec, chip, fresh, key, params)
+        if rec.key not in fills:
+            params = _params(spec, won.case, f"cross-check of {rec.key}")
+            fills[rec.key] = leave_one_out_fill(spec, chip, fresh, rec.key, params)[:2]
+        variant, point = fills[rec.key]
         same_kernel = rec.fill_kernel_hash == kernel_hashes.get(variant)
         if (rec.fill_variant, rec.fill_point) == (variant, point) and same_kernel:
-            current.append(rec)
-    return CrossChecked(tuple(sorted(current, key=lambda r: sort_key(r.key))), len(fresh))
+            latest[rec.key] = rec
+    return CrossChecked(tuple(sorted(latest.values(), key=lambda r: sort_key(r.key))), len(fresh))
 
 
 def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], key: Key,
@@ -323,5 +328,4 @@ def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, tar
     unmoved = [i for i in range(len(target)) if not (i in moved and free[i] is None)]
     if any(got[i] != target[i] for i in unmoved):
         return False  # the representative shape lands on another key: it cannot stand for it
-    legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
-    return legal and fits
+    return fits_case(spec, chip, rec, params)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 from . import bench
 from .errors import UnsupportedInput
 from .hardware import ChipProfile
-from .records import key_of
+from .records import key_of, sort_key
 from .space import (Point, SpaceCount, Variant, case_inputs, default_point, evaluate_params,
                     forced_point, is_legal, points, variants_for)
 from .spec import OpSpec
@@ -414,30 +414,40 @@ class Campaign:
                     budget=self._budget(find_variant(self.spec, winner.variant), winner,
                                         bucket.params[0], best.results[0]))
 
-    def cross_check(self, buckets_: list[Bucket], tuned: dict[tuple, Any], margin: float) -> list[CrossCheck]:
+    def cross_check(self, buckets_: list[Bucket], tuned: dict[tuple, Any], margin: float,
+                    every: bool = False) -> list[CrossCheck]:
         """Re-measure each tuned bucket's winner beside the choice the table would give that
-        bucket from the other buckets' winners alone (how a shape between tuned points fares),
-        and record each check (``margin``: the loss that flags the table). The workers are
-        closed again afterwards."""
-        from .table import leave_one_out_fill
+        bucket from the other buckets' winners alone (how a shape between tuned points fares)
+        and, with ``every``, beside every other bucket's winner that is legal and fits there; one
+        record per point measured beside the winner (``margin``: the loss that flags the table).
+        The workers are closed again afterwards."""
+        from .table import fits_case, leave_one_out_fill
 
+        tunables = self.spec.tunables_for(self.profile.backend)
         out = []
         for bucket in buckets_:
             winner = tuned.get(bucket.key)
             if winner is None:
                 continue
-            own = Point(winner.variant, tuple((n, winner.point[n]) for n in self.spec.tunables_for(self.profile.backend)))
+            own = Point(winner.variant, tuple((n, winner.point[n]) for n in tunables))
             variant, point, source = leave_one_out_fill(self.spec, self.profile, tuned, bucket.key,
                                                         bucket.params[0])
-            fill = Point(variant, tuple(point.items()))
-            times = self.side_by_side([own] if fill == own else [own, fill], bucket)
-            check = CrossCheck(bucket.key, own, source, fill, times[own], times.get(fill, times[own]))
+            fill = Point(variant, tuple((n, point[n]) for n in tunables))
+            beside = {fill: source} if fill != own else {}
+            for key, other in (sorted(tuned.items(), key=lambda kv: sort_key(kv[0])) if every else ()):
+                p = Point(other.variant, tuple((n, other.point[n]) for n in tunables))
+                if p != own and p not in beside and fits_case(self.spec, self.profile, other, bucket.params[0]):
+                    beside[p] = f"winner of {key!r}"
+            times = self.side_by_side([own, *beside], bucket)
+            others = tuple((src, p, times[p]) for p, src in beside.items() if p != fill)
+            check = CrossCheck(bucket.key, own, source, fill, times[own], times.get(fill, times[own]), others)
             out.append(check)
             finite = lambda t: t if math.isfinite(t) else None  # noqa: E731 - a failed re-measure
-            self.sink("cross_check", dict(
-                key=list(bucket.key), case=bucket.cases[0], variant=own.variant, point=own.config,
-                study=winner.study, fill_variant=fill.variant, fill_point=fill.config, fill_from=source,
-                own_ms=finite(check.own_ms), fill_ms=finite(check.fill_ms), margin=margin))
+            for p, src in ({own: source, **beside} if fill == own else beside).items():
+                self.sink("cross_check", dict(
+                    key=list(bucket.key), case=bucket.cases[0], variant=own.variant, point=own.config,
+                    study=winner.study, fill_variant=p.variant, fill_point=p.config, fill_from=src,
+                    own_ms=finite(times[own]), fill_ms=finite(times[p]), margin=margin))
         for worker in (self.worker, *self.pool):
             worker.close()
         return out
@@ -620,6 +630,14 @@ class CrossCheck:
     fill: Point
     own_ms: float
     fill_ms: float
+    others: tuple[tuple[str, Point, float], ...] = ()  # (source, point, ms) of further winners
+
+    @property
+    def best_other(self) -> tuple[str, Point, float] | None:
+        """The fastest point measured beside the own winner, the fill included (None: none was)."""
+        pool = list(self.others) + ([(self.fill_from or "spec default", self.fill, self.fill_ms)]
+                                    if self.fill != self.own else [])
+        return min(pool, key=lambda o: o[2], default=None)
 
     @property
     def loss(self) -> float:

@@ -4,7 +4,8 @@
 # BENCH=1) those cases against FLA 0.6.0. Records land in records/h200/ and OUT/records.
 # Usage: [DEVICES=cuda:0] bash scripts/h200_tune_gla.sh OUT_DIR SECONDS CASES TRIALS VARIANTS [BENCH]
 #   (DEVICES: the GPUs to share the buckets over, cuda:0,cuda:1 by default; cuda:0 on kind nvidia-h200;
-#   CROSS_CHECK=1: then each tuned bucket's winner against the row the table would fill it with)
+#   CROSS_CHECK=1: then each tuned bucket's winner against the row the table would fill it with;
+#   CROSS_CHECK=all: and against every other bucket's winner as well)
 #   session 3, call 1: bash scripts/h200_tune_gla.sh OUT 300 bench_large_v 30 \
 #       fold_general_tiled,post_general_tiled,fp32_general_tiled,split_general_tiled 1
 #   session 3, call 2: bash scripts/h200_tune_gla.sh OUT 480 bench_fla 20 \
@@ -13,6 +14,7 @@ set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; cases=${3:?case set}; trials=${4:?trials}; variants=${5:?variants}
 bench=${6:-0}; devices=${DEVICES:-cuda:0,cuda:1}; cross=()
 [ "${CROSS_CHECK:-0}" = 1 ] && cross=(--cross-check)
+[ "${CROSS_CHECK:-0}" = all ] && cross=(--cross-check-all)
 source scripts/device_env.sh
 python3 -m opgen.cli build --check || exit 1
 mkdir -p .tune "$out/records"

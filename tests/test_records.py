@@ -391,3 +391,19 @@ def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla
     # nor is an earlier winner within the margin
     _write(path, [fast, _winner(gla, point=other, median=0.104)])
     assert "earlier winner" not in report(gla, CHIP, path, hashes)
+
+
+def test_the_report_names_a_point_that_beat_the_winner_in_a_cross_check(tmp_path, gla, hashes):
+    from opgen.report import report
+
+    path = _path(tmp_path)
+    won = _winner(gla)
+    _write(path, [won, _check(won, "fold_general_tiled", POINT, own_ms=0.12, fill_ms=0.1)])
+    assert "fold_general_tiled (from (x,)) ran 20% faster here in a cross-check (2026-11-30)" in \
+        report(gla, CHIP, path, hashes)
+    _write(path, [won, _check(won, "fold_general_tiled", POINT, own_ms=0.102, fill_ms=0.1)])  # within 5%
+    assert "faster here" not in report(gla, CHIP, path, hashes)
+    stale = dataclasses.replace(_check(won, "fold_general_tiled", POINT, own_ms=0.12, fill_ms=0.1),
+                                fill_kernel_hash="sha256:old")
+    _write(path, [won, stale])  # the other point's kernel changed since
+    assert "faster here" not in report(gla, CHIP, path, hashes)

@@ -465,3 +465,35 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     assert [m.point for m in chosen[(1,)]["fast"]] == [pt("fast", 16)]
     assert [m.point for m in chosen[(1,)]["any"]] == [pt("slow", 32)]
     assert list(chosen[(2,)]) == ["any"]
+
+
+def test_cross_check_all_measures_every_other_winner_on_each_bucket(tmp_path):
+    """With three winners (made distinct here, as a real campaign's would be), each bucket's own
+    winner is re-measured beside both others: one record per point, the table's verdict taken
+    from the one the fill rule picks."""
+    root = _project(tmp_path)
+    args = ("tune", "toy_op", "--chip", "interpreter", "--cases", "three", "--variants", "good", "--warmup", "1",
+            "--repeat", "2", "--no-progress", "--point-timeout", "30", "--exhaustive-below", "0")
+    _opgen(root, *args, "--trials", "1")
+    lines = (root / RECORDS).read_text().splitlines()
+    blocks = {0: 16, 1: 32, 2: 64}
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if rec["kind"] == "winner":
+            lines[i] = json.dumps({**rec, "point": {**rec["point"], "BLOCK": blocks[rec["key"][0]]}})
+    (root / RECORDS).write_text("\n".join(lines) + "\n")
+    out = _opgen(root, *args, "--trials", "0", "--cross-check-all", "--cross-margin", "0.5").stdout
+    checks = [r for r in _records(root) if r["kind"] == "cross_check"]
+    for key, own in blocks.items():
+        mine = [c for c in checks if c["key"] == [key]]
+        assert all(c["point"]["BLOCK"] == own for c in mine)
+        assert sorted(c["fill_point"]["BLOCK"] for c in mine) == sorted(b for b in blocks.values() if b != own)
+    # the leave-one-out fill of bucket 2 is bucket 1's winner; bucket 0's is measured beside it too
+    assert {c["fill_from"] for c in checks if c["key"] == [2]} == {"from (1,)", "winner of (0,)"}
+    table = out[out.index("fastest other winner there"):].splitlines()
+    assert [row.split()[0] for row in table[1:4]] == ["0", "1", "2"]
+    assert table[4].endswith("own winners beaten by another bucket's winner by more than the margin "
+                             "(their searches missed it)") and table[4].split()[2] == "3"
+    _opgen(root, "build")
+    text = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+    assert "Cross-check: 3 of 3 tuned rows checked" in text
