@@ -363,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
     except OpgenError as exc:
         print(f"opgen {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`opgen records ... | head`): not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
