@@ -1,11 +1,11 @@
 """``opgen records``: what the tuning records of one op on one chip hold, bucket by bucket.
 
-Per key: the winner the build freezes (or why the latest one is stale), its median, the margin to
-its runner-up and its date; the trials measured there on today's kernels, by status; the loss of
-its current cross-check; another point that won the key earlier on the same kernel and ran
-faster in its own run (a later, shorter search may have displaced it), and another point that ran
-faster beside the winner in a cross-check (its search missed it). Then the table's cross-check
-verdict. Reads the records only, no device.
+Per key: the winner the build freezes (or why it is stale), its median, the margin to its
+runner-up and its date; the trials measured there on today's kernels, by status; the loss of its
+current cross-check; a later winner that never met it (not frozen); another point that won the
+key earlier on the same kernel and ran faster in its own run, and another point that ran faster
+beside the winner in a cross-check (its search missed it). Then the table's cross-check verdict.
+Reads the records only, no device.
 Uses ``records``, ``table``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import ChipProfile
-from .records import CheckRecord, TrialRecord, WinnerRecord, read, sort_key
+from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, read, sort_key
 from .spec import OpSpec
 from .table import cross_checked, split_winners
 
@@ -29,6 +29,7 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     found = read(path, op=spec.op, chip=chip.name)
     fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
     stale = {s.record.key: s.reason for s in old}
+    latest = latest_winners(found.records)
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)
     loss = {c.key: c.loss for c in checks.current}
     trials: dict[tuple, Counter] = {}
@@ -63,6 +64,10 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             checked = f"{loss[key]:.1%}" if key in loss else "-"
             lines.append(f"{name:<44} {w.variant:<26} {w.median_ms:>9.4f} {margin:>7} {w.date:<10} "
                          f"{checked:>7}  {tried}")
+            if latest[key] is not w:
+                n = latest[key]
+                lines.append(f"{'':<44} a later winner, {n.variant} at {n.median_ms:.4f} ms ({n.date}), "
+                             "never met it: not frozen")
             e = faster.get(key)
             if e is not None and e.median_ms * (1.0 + EARLIER_FASTER) < w.median_ms:
                 lines.append(f"{'':<44} an earlier winner, {e.variant} at {e.median_ms:.4f} ms in its run "

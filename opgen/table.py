@@ -1,8 +1,8 @@
 """The dispatch table frozen from the tuning records: one row per tuned bucket, the others filled.
 
-``frozen_rows`` takes each bucket's latest winner whose kernel (content hash) and spec still match
-(a changed kernel or an illegal point makes it a stale winner, reported in the table, never
-frozen), then fills every other bucket of the dispatch key from the nearest tuned bucket whose
+``frozen_rows`` takes each bucket's winner in force (the latest one that met the one before it,
+:func:`held_winners`) whose kernel (content hash) and spec still match (a changed kernel or an
+illegal point makes it a stale winner, reported in the table, never frozen), then fills every other bucket of the dispatch key from the nearest tuned bucket whose
 point is legal and fits there; ``cross_checked`` finds which tuned rows have a current
 leave-one-out check in the records. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import (CheckRecord, Key, Record, WinnerRecord, key_of, latest_winners, read, sort_key,
+from .records import (CheckRecord, Key, Record, TrialRecord, WinnerRecord, key_of, read, sort_key,
                       split_key_field)
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
@@ -36,7 +36,7 @@ class Row(NamedTuple):
 
 @dataclass(frozen=True)
 class StaleWinner:
-    """A latest winner that is not frozen, and why (its kernel or the spec changed since tuning)."""
+    """A winner in force that is not frozen, and why (its kernel or the spec changed since tuning)."""
 
     record: WinnerRecord
     reason: str
@@ -146,7 +146,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
                 *, fill: bool = True) -> FrozenTable:
     """The table rows frozen from the records at ``path`` (none without a file).
 
-    Each key's latest winner is frozen unless stale: its variant has no kernel in ``kernel_hashes``
+    Each key's winner in force (:func:`held_winners`) is frozen unless stale: its variant has no kernel in ``kernel_hashes``
     (variant name -> hash of the chip's rendering) or another hash, the spec now gives its case
     another key, or the spec's tunables changed. Stale winners are listed, never silently dropped.
 
@@ -206,18 +206,54 @@ def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winn
 
 def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
                   kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
-    """The latest winners at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
+    """The winners in force at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
     if not path.exists():
         return {}
     return split_winners(spec, chip, path, read(path, op=spec.op, chip=chip.name).records, kernel_hashes)[0]
 
 
+def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
+                 kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
+    """Each key's winner in force: the last in file order, except that a winner of another point
+    which never faced the fresh winner in force before it (no trial of that point on the key
+    since, and not among its side-by-side re-measures) leaves that one in force. A campaign cut
+    short, or run without its journal, cannot replace a row with a point it never measured
+    against it."""
+    held: dict[Key, WinnerRecord] = {}
+    faced: dict[Key, set[tuple[str, frozenset[str]]]] = {}
+    for rec in records:
+        if isinstance(rec, TrialRecord):
+            faced.setdefault(rec.key, set()).add(_ident(rec.variant, rec.point))
+        elif isinstance(rec, WinnerRecord):
+            cur = held.get(rec.key)
+            mine = _ident(cur.variant, cur.point) if cur is not None else None
+            if (cur is None or mine == _ident(rec.variant, rec.point) or mine in faced.get(rec.key, set())
+                    or mine in {_ident(*_parse_name(n)) for n in rec.remeasured_ms}
+                    or _stale_reason(spec, chip, cur, _params(spec, cur.case, _describe(path, cur)),
+                                     kernel_hashes) is not None):
+                held[rec.key] = rec
+            faced[rec.key] = set()
+    return held
+
+
+def _ident(variant: str, point: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
+    """A point's identity, whatever the order of its tunables."""
+    return variant, frozenset(f"{k}={v}" for k, v in point.items())
+
+
+def _parse_name(name: str) -> tuple[str, dict[str, str]]:
+    """``variant:K1=v1,K2=v2`` (``Point.name``) as variant and values (as text)."""
+    variant, _, values = name.partition(":")
+    return variant, dict(item.split("=", 1) for item in values.split(",") if "=" in item)
+
+
 def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
            kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], list[StaleWinner]]:
-    """Each key's latest winner among ``records`` (read from ``path``), fresh or stale (with its reason)."""
+    """Each key's winner in force (:func:`held_winners`) among ``records`` (read from ``path``),
+    fresh or stale (with its reason)."""
     fresh: dict[Key, WinnerRecord] = {}
     old: list[StaleWinner] = []
-    for key, rec in latest_winners(records).items():
+    for key, rec in held_winners(spec, chip, path, records, kernel_hashes).items():
         params = _params(spec, rec.case, _describe(path, rec))
         reason = _stale_reason(spec, chip, rec, params, kernel_hashes)
         if reason is not None:
@@ -234,7 +270,7 @@ def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable
 
 def stale(spec: OpSpec, chip: ChipProfile, path: Path,
           kernel_hashes: Mapping[str, str]) -> list[StaleWinner]:
-    """The latest winners at ``path`` that :func:`frozen_rows` does not freeze, sorted by key."""
+    """The winners in force at ``path`` that :func:`frozen_rows` does not freeze, sorted by key."""
     return list(frozen_rows(spec, chip, path, kernel_hashes, fill=False).stale)
 
 

@@ -459,7 +459,8 @@ class Campaign:
         of its bucket first. The stored points of ``rivals`` (studies of variants this campaign
         does not search) compete for their buckets too, and so does the ``standing`` winner of a
         bucket (the row the table freezes now), measured again when no study of this run holds
-        it: a narrower, shorter or journal-less campaign loses nothing it had."""
+        it (a trial record numbered -1 in its variant's study): a narrower, shorter or
+        journal-less campaign loses nothing it had."""
         from tqdm import tqdm
 
         earlier, standing = earlier or {}, standing or {}
@@ -493,13 +494,16 @@ class Campaign:
                 for p in others.get(key, ()):
                     by_variant.setdefault(p.variant.name, self.stored(p))
                 held = standing.get(key)
-                if held is not None and not any(m.point == held for ms in by_variant.values() for m in ms):
-                    again = self.measure_batch([held], group[0].bucket)
-                    if not again[0].ok:
-                        r = next(r for r in again[0].results if r.status != "ok")
+                home = next((p for p in (*group, *others.get(key, ()))
+                             if held is not None and p.variant.name == held.variant), None)
+                if home is not None and not any(m.point == held for ms in by_variant.values() for m in ms):
+                    again = self.measure_batch([held], home.bucket)[0]
+                    self._emit_trial(self.study_name(home), -1, home, again)  # -1: outside the search
+                    if not again.ok:
+                        r = next(r for r in again.results if r.status != "ok")
                         print(f"standing winner {held.name()} of {key} failed again: {r.status} {r.reason}",
                               file=sys.stderr)
-                    by_variant[held.variant] = [*by_variant.get(held.variant, []), *again]
+                    by_variant[held.variant] = [*by_variant.get(held.variant, []), again]
                 winner = self.choose(group[0].bucket, by_variant)
                 if winner is not None:
                     winner["study"] = self.study_name(group[0])

@@ -229,10 +229,39 @@ def test_frozen_rows_sorted_deterministic_and_commented(tmp_path, gla, hashes):
     row = next(r for r in table.rows if r.key == _key(gla, BASE))
     assert row == (_key(gla, BASE), "post_general_tiled", POINT, "median 0.1234 ms, smem_bytes 57344, tuned 2026-11-30")
     assert list(row.point) == list(gla.tunables_for("cuda"))
-    # The latest line decides between two winners of one key, whatever the other lines' order.
-    _write(path, recs + [_winner(gla, "fp32_general_tiled", median=0.1)])
+    # The latest line decides between two winners of one key that met, whatever the other lines' order.
+    _write(path, recs + [_faced(_winner(gla, "fp32_general_tiled", median=0.1), recs[-1])])
     assert next(r for r in tables.frozen_rows(gla, CHIP, path, hashes, fill=False).rows
                 if r.key == row.key).variant == "fp32_general_tiled"
+
+
+def _faced(rec, *others):
+    """``rec`` with ``others`` among its side-by-side re-measures."""
+    names = {f"{o.variant}:" + ",".join(f"{k}={v}" for k, v in o.point.items()): o.median_ms for o in others}
+    return dataclasses.replace(rec, remeasured_ms={**rec.remeasured_ms, **names})
+
+
+def test_a_later_winner_replaces_the_held_one_only_if_it_faced_it(tmp_path, gla, hashes):
+    """A campaign that never measured the frozen winner (cut short, or without its journal) does
+    not replace it; one that measured it (a trial of that point on the key since it won, or a
+    side-by-side re-measure) or one after a kernel change does."""
+    path = _path(tmp_path)
+    held = _winner(gla, median=0.1)
+    later = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, median=0.2)
+
+    def frozen(*recs, kernel=hashes):
+        _write(path, list(recs))
+        return next(r.variant for r in tables.frozen_rows(gla, CHIP, path, kernel, fill=False).rows
+                    if r.key == held.key)
+
+    assert frozen(held, later) == "post_general_tiled"
+    assert frozen(held, _faced(later, held)) == "fp32_general_tiled"
+    met = dataclasses.replace(_trial(5, status="timeout", reason="no result after 9 s"), key=held.key)
+    assert frozen(held, met, later) == "fp32_general_tiled"  # measured (and failed) since it won
+    assert frozen(met, held, later) == "post_general_tiled"  # that trial came before it won
+    other_point = dataclasses.replace(met, point={**POINT, "BV": 128})
+    assert frozen(held, other_point, later) == "post_general_tiled"
+    assert frozen(held, later, kernel={**hashes, "post_general_tiled": "sha256:new"}) == "fp32_general_tiled"
 
 
 def test_no_record_file_means_no_rows(tmp_path, gla, hashes):
@@ -381,7 +410,7 @@ def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla
     path = _path(tmp_path)
     fast = _winner(gla, median=0.1, date="2026-11-29")
     other = {**POINT, "BV": 128}
-    _write(path, [fast, _winner(gla, point=other, median=0.2), _winner(gla, point=other, median=0.25)])
+    _write(path, [fast, _faced(_winner(gla, point=other, median=0.2), fast), _winner(gla, point=other, median=0.25)])
     text = report(gla, CHIP, path, hashes)
     assert "an earlier winner, post_general_tiled at 0.1000 ms in its run (2026-11-29); " \
            "the frozen one is 150% slower" in text
@@ -389,8 +418,13 @@ def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla
     _write(path, [fast, _winner(gla, median=0.2)])
     assert "earlier winner" not in report(gla, CHIP, path, hashes)
     # nor is an earlier winner within the margin
-    _write(path, [fast, _winner(gla, point=other, median=0.104)])
+    _write(path, [fast, _faced(_winner(gla, point=other, median=0.104), fast)])
     assert "earlier winner" not in report(gla, CHIP, path, hashes)
+    # a later winner that never met the frozen one is named, not frozen
+    _write(path, [fast, _winner(gla, point=other, median=0.2, date="2026-12-01")])
+    text = report(gla, CHIP, path, hashes)
+    assert "post_general_tiled            0.1000" in text and "earlier winner" not in text
+    assert "a later winner, post_general_tiled at 0.2000 ms (2026-12-01), never met it: not frozen" in text
 
 
 def test_the_report_names_a_point_that_beat_the_winner_in_a_cross_check(tmp_path, gla, hashes):

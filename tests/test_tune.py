@@ -434,7 +434,8 @@ def test_a_tight_campaign_shares_its_time_over_the_studies_left():
 def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     """A campaign cut short, or started without the journal, must not replace a bucket's frozen
     winner with a slower point only because that winner's study did not run: the standing winner
-    is measured again (check included) and joins the side-by-side, unless a study already holds it."""
+    is measured again (check included, recorded as trial -1 of its variant's study) and joins the
+    side-by-side, unless a study already holds it."""
     from types import SimpleNamespace
 
     from opgen import tune
@@ -447,25 +448,30 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     def measured(p: Point, ms: float = 1.0) -> tune.Measured:
         return tune.Measured(p, [Result("ok", median_ms=ms)])
 
+    def study(plan, enqueue, seconds):
+        holds = plan.bucket.key == (0,) and plan.variant.name == "fast"
+        return [measured(pt(plan.variant.name, 16 if holds else 32), 5.0)]
+
     campaign = tune.Campaign.__new__(tune.Campaign)
     campaign.settings, campaign.progress, campaign.pool = tune.Settings(), False, []
     campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
     campaign.worker = SimpleNamespace(close=lambda: None)
     campaign.deadline = time.monotonic() + 60.0
-    campaign.run_study = lambda plan, enqueue, seconds: [measured(pt("fast", 16) if plan.bucket.key == (0,)
-                                                                  else pt("slow", 32), 5.0)]
-    again, chosen = [], {}
+    campaign.run_study = study
+    campaign.study_name = lambda plan: f"study of {plan.variant.name} on {plan.bucket.key}"
+    again, chosen, emitted = [], {}, []
     campaign.measure_batch = lambda points_, bucket: again.append((bucket.key, points_)) or [measured(points_[0], 2.0)]
+    campaign._emit_trial = lambda name, number, plan, m: emitted.append((name, number, m.point))
     campaign.choose = lambda bucket, by_variant: chosen.setdefault(bucket.key, by_variant) and None
-    plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name="any"),
-                             default=None, points=(1,)) for k in range(3)]
+    plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name=v),
+                             default=None, points=(1,)) for k in range(3) for v in ("fast", "slow")]
     standing = {(0,): pt("fast", 16), (1,): pt("fast", 16)}
     campaign.run(plans, standing=standing)
     assert again == [((1,), [pt("fast", 16)])]  # bucket 0's study held it; bucket 2 has none
-    assert [m.point for m in chosen[(1,)]["fast"]] == [pt("fast", 16)]
-    assert [m.point for m in chosen[(1,)]["any"]] == [pt("slow", 32)]
-    assert list(chosen[(2,)]) == ["any"]
-
+    assert emitted == [("study of fast on (1,)", -1, pt("fast", 16))]
+    assert [m.point for m in chosen[(1,)]["fast"]] == [pt("fast", 32), pt("fast", 16)]
+    assert [m.point for m in chosen[(1,)]["slow"]] == [pt("slow", 32)]
+    assert sorted(chosen[(2,)]) == ["fast", "slow"]
 
 def test_cross_check_all_measures_every_other_winner_on_each_bucket(tmp_path):
     """With three winners (made distinct here, as a real campaign's would be), each bucket's own
