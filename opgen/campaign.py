@@ -94,11 +94,10 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     """A campaign on the chip's backend, refusing a device that is not that chip, plus what the
     records hand :meth:`Campaign.run`: the earlier winners of each bucket (enqueued first) and its
     standing winner, the one the build freezes now (it competes for its bucket again)."""
-    from .table import fill_nearest, split_winners
-
     from .backends import get_backend
     from .errors import UnsupportedInput
     from .records import read
+    from .table import fill_nearest, split_winners
 
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]

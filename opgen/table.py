@@ -2,9 +2,10 @@
 
 ``frozen_rows`` takes each bucket's winner in force (the latest one that met the one before it,
 :func:`held_winners`) whose kernel (content hash) and spec still match (a changed kernel or an
-illegal point makes it a stale winner, reported in the table, never frozen), then fills every other bucket of the dispatch key from the nearest tuned bucket whose
-point is legal and fits there; ``cross_checked`` finds which tuned rows have a current
-leave-one-out check in the records. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
+illegal point makes it a stale winner, reported in the table, never frozen), then fills every
+other bucket of the dispatch key from the nearest tuned bucket whose point is legal and fits
+there; ``cross_checked`` finds which tuned rows have a current leave-one-out check in the
+records. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
@@ -146,9 +147,10 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
                 *, fill: bool = True) -> FrozenTable:
     """The table rows frozen from the records at ``path`` (none without a file).
 
-    Each key's winner in force (:func:`held_winners`) is frozen unless stale: its variant has no kernel in ``kernel_hashes``
-    (variant name -> hash of the chip's rendering) or another hash, the spec now gives its case
-    another key, or the spec's tunables changed. Stale winners are listed, never silently dropped.
+    Each key's winner in force (:func:`held_winners`) is frozen unless stale: its variant has no
+    kernel in ``kernel_hashes`` (variant name -> hash of the chip's rendering) or another hash,
+    the spec now gives its case another key, or the spec's tunables changed. Stale winners are
+    listed, never silently dropped.
 
     Args:
         fill: also fill untuned bucket combinations from the nearest tuned rows (:func:`fill_nearest`).
@@ -229,11 +231,20 @@ def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[
             mine = _ident(cur.variant, cur.point) if cur is not None else None
             if (cur is None or mine == _ident(rec.variant, rec.point) or mine in faced.get(rec.key, set())
                     or mine in {_ident(*_parse_name(n)) for n in rec.remeasured_ms}
-                    or _stale_reason(spec, chip, cur, _params(spec, cur.case, _describe(path, cur)),
-                                     kernel_hashes) is not None):
+                    or not _current(spec, chip, path, cur, kernel_hashes)):
                 held[rec.key] = rec
             faced[rec.key] = set()
     return held
+
+
+def _current(spec: OpSpec, chip: ChipProfile, path: Path, rec: WinnerRecord,
+             kernel_hashes: Mapping[str, str]) -> bool:
+    """Whether a winner is not stale (a case the spec no longer evaluates makes it stale too)."""
+    try:
+        params = _params(spec, rec.case, _describe(path, rec))
+    except RecordError:
+        return False
+    return _stale_reason(spec, chip, rec, params, kernel_hashes) is None
 
 
 def _ident(variant: str, point: Mapping[str, Any]) -> tuple[str, frozenset[str]]:

@@ -262,6 +262,8 @@ def test_a_later_winner_replaces_the_held_one_only_if_it_faced_it(tmp_path, gla,
     other_point = dataclasses.replace(met, point={**POINT, "BV": 128})
     assert frozen(held, other_point, later) == "post_general_tiled"
     assert frozen(held, later, kernel={**hashes, "post_general_tiled": "sha256:new"}) == "fp32_general_tiled"
+    unreadable = dataclasses.replace(held, case={**held.case, "dtype": "int8"})  # a case the spec rejects now
+    assert frozen(unreadable, later) == "fp32_general_tiled"
 
 
 def test_no_record_file_means_no_rows(tmp_path, gla, hashes):

@@ -201,3 +201,12 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     _, cut = space.points(spec, space.find_variant(spec, "aux_static_fused"), profile("ascend910b3"), wide)
     assert cut.feasible == 0 and all("pre" in reason for reason, _ in cut.reasons)
     assert any("aux" in reason for reason, _ in cut.reasons)
+
+
+def test_a_case_dtype_no_tensor_allows_is_an_error_not_the_first_dtype(gla):
+    from opgen.errors import SpecError
+
+    row = dict(B=1, T=64, H=1, K=64, V=64, dtype="float16")
+    assert space.case_inputs(gla, row)["q_dtype"] == "float16"
+    with pytest.raises(SpecError, match=r"cases: expected a dtype some tensor allows \(bfloat16, float16, float32\)"):
+        space.case_inputs(gla, {**row, "dtype": "int8"})
