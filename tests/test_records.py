@@ -315,8 +315,9 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
             key[pos[name]] = value
         return filled[tuple(key)]
 
-    assert at(small, K=4).comment.startswith(f"from {small.key!r}, median 0.1234 ms")  # tie: smaller bucket
-    assert at(small, K=4, V=5).variant == "post_general_tiled"  # tie again
+    assert at(small, K=4).comment.startswith(f"from {large.key!r}, median 0.1234 ms")  # tie: larger bucket
+    assert at(small, K=4, V=5).variant == "fp32_general_tiled"  # tie again
+    assert at(small, K=2).variant == "post_general_tiled"  # 1 from small, 3 from large
     assert at(small, K=5, V=0).variant == "fp32_general_tiled"  # 3 from large, 5 from small
     assert at(small, K=0, tasks=3).variant == "post_general_tiled"  # tasks moves through B, T
     # Categorical fields never cross: every float16 fill comes from the float16 winner.
