@@ -130,9 +130,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         keys = {p.bucket.key for p in plans}
         others = [v.name for v in variants_for(spec, chip.rendering) if v.name not in args.variants.split(",")]
         rivals = [p for p in tune.plan(spec, chip, rows, others) if p.bucket.key in keys] if others else []
-    winners = campaign.run(plans, earlier, rivals, standing) if args.trials > 0 else []
-    print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
-    print(f"records: {path}; run `opgen build` to freeze them")
+    if args.trials > 0:
+        winners = campaign.run(plans, earlier, rivals, standing)
+        print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
+        print(f"records: {path}; run `opgen build` to freeze them")
     if args.cross_check or args.cross_check_all:
         from .table import fresh_winners
 

@@ -226,6 +226,8 @@ def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_pa
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert len(winners) == 4 and winners[3]["point"] == winners[0]["point"]
     assert list(winners[3]["remeasured_ms"]) == [f"good:BLOCK={winners[0]['point']['BLOCK']}"]
+    recheck = [r for r in _records(root) if r["kind"] == "trial"][-1]  # recorded, outside the search
+    assert (recheck["trial"], recheck["study"], recheck["status"]) == (-1, winners[0]["study"], "ok")
 
 
 def test_an_unknown_variant_is_an_error_that_names_it(capsys):
@@ -489,6 +491,7 @@ def test_cross_check_all_measures_every_other_winner_on_each_bucket(tmp_path):
             lines[i] = json.dumps({**rec, "point": {**rec["point"], "BLOCK": blocks[rec["key"][0]]}})
     (root / RECORDS).write_text("\n".join(lines) + "\n")
     out = _opgen(root, *args, "--trials", "0", "--cross-check-all", "--cross-margin", "0.5").stdout
+    assert "freeze them" not in out  # no search, so no (empty) summary of winners
     checks = [r for r in _records(root) if r["kind"] == "cross_check"]
     for key, own in blocks.items():
         mine = [c for c in checks if c["key"] == [key]]
