@@ -10,6 +10,7 @@ Uses ``records``, ``table``.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Mapping
@@ -17,7 +18,7 @@ from typing import Mapping
 from .hardware import ChipProfile
 from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, read, sort_key
 from .spec import OpSpec
-from .table import cross_checked, split_winners
+from .table import cross_checked, rekeyed, split_winners
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -27,6 +28,7 @@ EARLIER_FASTER = 0.05
 def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> str:
     """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> today's kernel)."""
     found = read(path, op=spec.op, chip=chip.name)
+    found = dataclasses.replace(found, records=rekeyed(spec, found.records))
     fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
     stale = {s.record.key: s.reason for s in old}
     latest = latest_winners(found.records)

@@ -1,16 +1,17 @@
 """The dispatch table frozen from the tuning records: one row per tuned bucket, the others filled.
 
-``frozen_rows`` takes each bucket's winner in force (the latest one that met the one before it,
-:func:`held_winners`) whose kernel (content hash) and spec still match (a changed kernel or an
-illegal point makes it a stale winner, reported in the table, never frozen), then fills every
-other bucket of the dispatch key from the nearest tuned bucket whose point is legal and fits
-there; ``cross_checked`` finds which tuned rows have a current leave-one-out check in the
+``frozen_rows`` keys the records by where the spec buckets their cases now, then takes each
+bucket's winner in force (the latest one that met the one before it, :func:`held_winners`) whose
+kernel (content hash) and tunables still match (else it is a stale winner, reported in the
+table, never frozen), then fills every other bucket of the dispatch key from the nearest tuned
+bucket whose point is legal and fits there; ``cross_checked`` finds which tuned rows have a current leave-one-out check in the
 records. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
 
 import itertools
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
@@ -23,7 +24,7 @@ from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners",
-           "split_winners", "stale", "fill_nearest", "leave_one_out_fill"]
+           "rekeyed", "split_winners", "stale", "fill_nearest", "leave_one_out_fill"]
 
 
 class Row(NamedTuple):
@@ -110,9 +111,6 @@ def _stale_reason(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Ma
         return f"variant {rec.variant} has no {chip.rendering} kernel now"
     if current != rec.kernel_hash:
         return f"kernel changed: tuned {rec.kernel_hash}, now {current}"
-    key = key_of(spec, params)
-    if key != rec.key:
-        return f"the spec's dispatch key of its case is now {key}"
     tunables = spec.tunables_for(chip.backend)
     if set(rec.point) != set(tunables):
         return f"its tunables {sorted(rec.point)} are not the spec's {sorted(tunables)}"
@@ -147,10 +145,10 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
                 *, fill: bool = True) -> FrozenTable:
     """The table rows frozen from the records at ``path`` (none without a file).
 
-    Each key's winner in force (:func:`held_winners`) is frozen unless stale: its variant has no
-    kernel in ``kernel_hashes`` (variant name -> hash of the chip's rendering) or another hash,
-    the spec now gives its case another key, or the spec's tunables changed. Stale winners are
-    listed, never silently dropped.
+    Records are keyed by where the spec buckets their cases now (:func:`rekeyed`). Each key's
+    winner in force (:func:`held_winners`) is frozen unless stale: its variant has no kernel in
+    ``kernel_hashes`` (variant name -> hash of the chip's rendering) or another hash, or the
+    spec's tunables changed. Stale winners are listed, never silently dropped.
 
     Args:
         fill: also fill untuned bucket combinations from the nearest tuned rows (:func:`fill_nearest`).
@@ -160,6 +158,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         BudgetError: a fresh winner over the chip's budget.
     """
     records = read(path, op=spec.op, chip=chip.name)
+    records = dataclasses.replace(records, records=rekeyed(spec, records.records))
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
@@ -211,7 +210,26 @@ def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
     """The winners in force at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
     if not path.exists():
         return {}
-    return split_winners(spec, chip, path, read(path, op=spec.op, chip=chip.name).records, kernel_hashes)[0]
+    found = rekeyed(spec, read(path, op=spec.op, chip=chip.name).records)
+    return split_winners(spec, chip, path, found, kernel_hashes)[0]
+
+
+def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:
+    """``records`` keyed as the spec buckets their cases now: a winner tuned before the dispatch
+    edges moved stands for the bucket its case falls in today (a case the spec no longer
+    evaluates keeps its stored key)."""
+    keys: dict[tuple, Key | None] = {}
+    out = []
+    for rec in records:
+        case = tuple(sorted(rec.case.items(), key=lambda kv: kv[0]))
+        if case not in keys:
+            try:
+                keys[case] = key_of(spec, _params(spec, rec.case, "case"))
+            except RecordError:
+                keys[case] = None
+        key = keys[case]
+        out.append(rec if key is None or key == rec.key else dataclasses.replace(rec, key=key))
+    return tuple(out)
 
 
 def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],

@@ -444,3 +444,15 @@ def test_the_report_names_a_point_that_beat_the_winner_in_a_cross_check(tmp_path
                                 fill_kernel_hash="sha256:old")
     _write(path, [won, stale])  # the other point's kernel changed since
     assert "faster here" not in report(gla, CHIP, path, hashes)
+
+
+def test_a_winner_tuned_under_other_edges_stands_for_the_bucket_its_case_falls_in_now(tmp_path, gla, hashes):
+    """Moving a dispatch edge re-keys the records by their cases instead of making their winners
+    stale: the table keeps every measured choice (and fills the new neighbours from it)."""
+    path = _path(tmp_path)
+    won = _winner(gla, K=96, V=96)
+    _write(path, [dataclasses.replace(won, key=(0,) * 7)])  # the key it had under older edges
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    assert table.stale == () and (0,) * 7 not in {r.key for r in table.rows}
+    row = next(r for r in table.rows if r.key == _key(gla, won.case))
+    assert row.variant == won.variant and not row.comment.startswith("from ")
