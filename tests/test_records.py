@@ -198,7 +198,7 @@ def test_foreign_records_are_refused(tmp_path):
 def test_key_of_buckets_like_the_generated_code(gla):
     assert _key(gla, BASE) == ("bfloat16", 64, False, False, 3, 3, 1)
     assert [records.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
-    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 5, 0)  # 4*1*64 tasks
+    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 6, 0)  # 4*1*64 tasks
     assert _key(gla, {**BASE, "scale": 2.0})[2] is True
 
 
@@ -305,7 +305,7 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     _write(path, [small, large, half])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
     filled = _filled(table)
-    assert table.filled == len(filled) == 2 * 144 - 3  # two groups of 6 K x 6 V x 4 tasks buckets
+    assert table.filled == len(filled) == 2 * 168 - 3  # two groups of 6 K x 7 V x 4 tasks buckets
     assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=records.sort_key)
 
     def at(base, **idx):
