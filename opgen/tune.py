@@ -384,14 +384,20 @@ class Campaign:
                 times[p].append(bench.median(samples[p]) if samples[p] else math.inf)
         return {p: geomean(t) if all(math.isfinite(x) for x in t) else math.inf for p, t in times.items()}
 
-    def choose(self, bucket: Bucket, by_variant: dict[str, list[Measured]]) -> dict[str, Any] | None:
-        """Re-measure the best few of each variant side by side; return the winner's fields."""
+    def choose(self, bucket: Bucket, by_variant: dict[str, list[Measured]],
+               held: Point | None = None) -> dict[str, Any] | None:
+        """Re-measure the best few of each variant side by side, with the ``held`` point (the
+        bucket's standing winner) whenever it measured correct, so a new winner has always met it
+        (the build's rule, :func:`opgen.table.held_winners`); return the winner's fields."""
         from .space import find_variant
 
         candidates: list[Point] = []
         for measured in by_variant.values():
             ok = sorted((m for m in measured if m.ok), key=lambda m: m.value)
             candidates.extend(m.point for m in ok[: self.settings.top_k])
+        if held is not None and held not in candidates and any(
+                m.point == held and m.ok for ms in by_variant.values() for m in ms):
+            candidates.append(held)
         if not candidates:
             return None
         times = self.side_by_side(candidates, bucket)
@@ -504,7 +510,7 @@ class Campaign:
                         print(f"standing winner {held.name()} of {key} failed again: {r.status} {r.reason}",
                               file=sys.stderr)
                     by_variant[held.variant] = [*by_variant.get(held.variant, []), again]
-                winner = self.choose(group[0].bucket, by_variant)
+                winner = self.choose(group[0].bucket, by_variant, held)
                 if winner is not None:
                     winner["study"] = self.study_name(group[0])
                     self.sink("winner", winner)

@@ -419,7 +419,7 @@ def test_a_tight_campaign_shares_its_time_over_the_studies_left():
     campaign.settings, campaign.progress, campaign.pool = settings, False, []
     campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
     campaign.worker = SimpleNamespace(close=lambda: None)
-    campaign.choose = lambda bucket, by_variant: None
+    campaign.choose = lambda bucket, by_variant, held=None: None
     given = []
     campaign.run_study = lambda plan, enqueue, seconds: given.append((plan.variant.name, seconds)) or []
     plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name=v),
@@ -464,7 +464,7 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     again, chosen, emitted = [], {}, []
     campaign.measure_batch = lambda points_, bucket: again.append((bucket.key, points_)) or [measured(points_[0], 2.0)]
     campaign._emit_trial = lambda name, number, plan, m: emitted.append((name, number, m.point))
-    campaign.choose = lambda bucket, by_variant: chosen.setdefault(bucket.key, by_variant) and None
+    campaign.choose = lambda bucket, by_variant, held=None: chosen.setdefault(bucket.key, by_variant) and None
     plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name=v),
                              default=None, points=(1,)) for k in range(3) for v in ("fast", "slow")]
     standing = {(0,): pt("fast", 16), (1,): pt("fast", 16)}
@@ -506,3 +506,30 @@ def test_cross_check_all_measures_every_other_winner_on_each_bucket(tmp_path):
     _opgen(root, "build")
     text = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
     assert "Cross-check: 3 of 3 tuned rows checked" in text
+
+
+def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
+    """The standing winner joins the side-by-side even when it is not among the best few of its
+    study's stored times, so the winner record always names it (and the build then lets the new
+    winner replace it); a held point that failed this run does not compete."""
+    from types import SimpleNamespace
+
+    from opgen import tune
+    from opgen.space import Point
+    from opgen.worker import Result
+
+    pts = [Point("a", (("BLOCK", b),)) for b in (16, 32, 64, 128)]
+    seen = []
+    campaign = tune.Campaign.__new__(tune.Campaign)
+    campaign.settings = tune.Settings(top_k=3)
+    campaign.spec = SimpleNamespace()
+    campaign.side_by_side = lambda points_, bucket: seen.append(list(points_)) or {p: 1.0 + i for i, p in enumerate(points_)}
+    campaign._budget = lambda *args: None
+    bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
+    measured = {"a": [tune.Measured(p, [Result("ok", median_ms=1.0 + i)]) for i, p in enumerate(pts)]}
+    monkeypatch.setattr("opgen.space.find_variant", lambda spec, name: None)
+    winner = campaign.choose(bucket, measured, held=pts[3])
+    assert seen[-1] == pts and "a:BLOCK=128" in winner["remeasured_ms"]
+    measured["a"][3] = tune.Measured(pts[3], [Result("wrong_result", "rel_l2=1")])
+    campaign.choose(bucket, measured, held=pts[3])
+    assert seen[-1] == pts[:3]
