@@ -523,7 +523,8 @@ def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
     campaign = tune.Campaign.__new__(tune.Campaign)
     campaign.settings = tune.Settings(top_k=3)
     campaign.spec = SimpleNamespace()
-    campaign.side_by_side = lambda points_, bucket: seen.append(list(points_)) or {p: 1.0 + i for i, p in enumerate(points_)}
+    campaign.side_by_side = lambda points_, bucket: (seen.append(list(points_))
+                                                     or {p: 1.0 + i for i, p in enumerate(points_)})
     campaign._budget = lambda *args: None
     bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
     measured = {"a": [tune.Measured(p, [Result("ok", median_ms=1.0 + i)]) for i, p in enumerate(pts)]}
