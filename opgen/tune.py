@@ -466,7 +466,7 @@ class Campaign:
         does not search) compete for their buckets too, and so does the ``standing`` winner of a
         bucket (the row the table freezes now), measured again when no study of this run holds
         it (a trial record numbered -1 in its variant's study): a narrower, shorter or
-        journal-less campaign loses nothing it had."""
+        journal-less campaign loses nothing it had. Buckets without a standing winner go first."""
         from tqdm import tqdm
 
         earlier, standing = earlier or {}, standing or {}
@@ -481,7 +481,9 @@ class Campaign:
         bar = tqdm(total=len(plans), desc=f"tune {self.spec.op} on {self.profile.name}",
                    unit="study", disable=not self.progress)
         try:
-            for key, group in by_bucket.items():
+            # buckets with no frozen winner first: a campaign cut short spends its time where the
+            # table knows least (in plan order within each group)
+            for key, group in sorted(by_bucket.items(), key=lambda kv: kv[0] in standing):
                 by_variant: dict[str, list[Measured]] = {}
                 for p in group:
                     if time.monotonic() >= self.deadline:  # no time to search: what it holds competes

@@ -470,6 +470,7 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     standing = {(0,): pt("fast", 16), (1,): pt("fast", 16)}
     campaign.run(plans, standing=standing)
     assert again == [((1,), [pt("fast", 16)])]  # bucket 0's study held it; bucket 2 has none
+    assert list(chosen) == [(2,), (0,), (1,)]  # the bucket without a frozen winner first
     assert emitted == [("study of fast on (1,)", -1, pt("fast", 16))]
     assert [m.point for m in chosen[(1,)]["fast"]] == [pt("fast", 32), pt("fast", 16)]
     assert [m.point for m in chosen[(1,)]["slow"]] == [pt("slow", 32)]
