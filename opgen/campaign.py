@@ -120,7 +120,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     for row in fill_nearest(spec, chip, fresh):  # an untuned bucket starts from its neighbour's winner
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)
-    standing = {key: Point(w.variant, tuple((n, w.point[n]) for n in tunables)) for key, w in fresh.items()}
+    standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
     campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
                         toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
@@ -132,19 +132,14 @@ def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> d
     spec buckets the case each was tuned on: a winner still seeds its shape's study after the
     dispatch edges moved (a case the spec no longer accepts keeps its stored key), and an older
     winner is tried again after a kernel edit, when the newest one may come from a shorter search."""
-    from .errors import OpgenError
-    from .records import WinnerRecord, key_of
-    from .space import case_inputs, evaluate_params
+    from .records import WinnerRecord
+    from .table import rekeyed
 
     out: dict[tuple, list[Point]] = {}
-    for rec in reversed(list(records)):
+    for rec in reversed(rekeyed(spec, records)):
         if not isinstance(rec, WinnerRecord):
             continue
-        try:
-            key = key_of(spec, evaluate_params(spec, case_inputs(spec, rec.case)))
-        except OpgenError:
-            key = tuple(rec.key)
-        found = out.setdefault(key, [])
+        found = out.setdefault(rec.key, [])
         point = Point(rec.variant, tuple(sorted(rec.point.items())))
         if point not in found and len(found) < keep:
             found.append(point)

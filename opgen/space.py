@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .errors import BuildError, SpecError, UnsupportedInput
 from .expr import Expr
@@ -51,6 +51,11 @@ class Point:
     def name(self) -> str:
         """``variant:K1=v1,K2=v2`` in tunable declaration order."""
         return self.variant + ":" + ",".join(f"{k}={v}" for k, v in self.values)
+
+    @classmethod
+    def of(cls, variant: str, config: Mapping[str, Any], names: Iterable[str]) -> Point:
+        """The point of a stored config (a record's), its values in the order of ``names``."""
+        return cls(variant, tuple((n, config[n]) for n in names))
 
 
 @dataclass(frozen=True)

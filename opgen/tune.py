@@ -435,13 +435,13 @@ class Campaign:
             winner = tuned.get(bucket.key)
             if winner is None:
                 continue
-            own = Point(winner.variant, tuple((n, winner.point[n]) for n in tunables))
+            own = Point.of(winner.variant, winner.point, tunables)
             variant, point, source = leave_one_out_fill(self.spec, self.profile, tuned, bucket.key,
                                                         bucket.params[0])
-            fill = Point(variant, tuple((n, point[n]) for n in tunables))
+            fill = Point.of(variant, point, tunables)
             beside = {fill: source} if fill != own else {}
             for key, other in (sorted(tuned.items(), key=lambda kv: sort_key(kv[0])) if every else ()):
-                p = Point(other.variant, tuple((n, other.point[n]) for n in tunables))
+                p = Point.of(other.variant, other.point, tunables)
                 if p != own and p not in beside and fits_case(self.spec, self.profile, other, bucket.params[0]):
                     beside[p] = f"winner of {key!r}"
             times = self.side_by_side([own, *beside], bucket)
