@@ -18,7 +18,7 @@ from typing import Mapping
 from .hardware import ChipProfile
 from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, read, sort_key
 from .spec import OpSpec
-from .table import cross_checked, rekeyed, split_winners
+from .table import checked_frozen_winner, cross_checked, rekeyed, split_winners
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -89,6 +89,4 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
 
 def _checks_frozen(rec: CheckRecord, fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]) -> bool:
     """Whether a cross-check measured the key's frozen winner and its other point on today's kernels."""
-    won = fresh.get(rec.key)
-    return (won is not None and (rec.variant, rec.point, rec.kernel_hash) == (won.variant, won.point, won.kernel_hash)
-            and kernel_hashes.get(rec.fill_variant) == rec.fill_kernel_hash)
+    return checked_frozen_winner(rec, fresh) and kernel_hashes.get(rec.fill_variant) == rec.fill_kernel_hash

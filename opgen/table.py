@@ -23,8 +23,9 @@ from .records import (CheckRecord, Key, Record, TrialRecord, WinnerRecord, key_o
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
-__all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "cross_checked", "frozen_rows", "fresh_winners",
-           "rekeyed", "split_winners", "stale", "fill_nearest", "leave_one_out_fill"]
+__all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
+           "frozen_rows", "fresh_winners", "rekeyed", "split_winners", "stale", "fill_nearest",
+           "leave_one_out_fill"]
 
 
 class Row(NamedTuple):
@@ -178,9 +179,9 @@ def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
     fills: dict[Key, tuple[str, dict[str, Any]]] = {}
     latest: dict[Key, CheckRecord] = {}
     for rec in records:
-        won = fresh.get(rec.key) if isinstance(rec, CheckRecord) else None
-        if won is None or (rec.variant, rec.point, rec.kernel_hash) != (won.variant, won.point, won.kernel_hash):
+        if not isinstance(rec, CheckRecord) or not checked_frozen_winner(rec, fresh):
             continue
+        won = fresh[rec.key]
         if rec.key not in fills:
             params = _params(spec, won.case, f"cross-check of {rec.key}")
             fills[rec.key] = leave_one_out_fill(spec, chip, fresh, rec.key, params)[:2]
@@ -189,6 +190,13 @@ def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
         if (rec.fill_variant, rec.fill_point) == (variant, point) and same_kernel:
             latest[rec.key] = rec
     return CrossChecked(tuple(sorted(latest.values(), key=lambda r: sort_key(r.key))), len(fresh))
+
+
+def checked_frozen_winner(rec: CheckRecord, fresh: Mapping[Key, WinnerRecord]) -> bool:
+    """Whether a cross-check measured its key's frozen winner (same point, same kernel)."""
+    won = fresh.get(rec.key)
+    return won is not None and (rec.variant, rec.point, rec.kernel_hash) == (
+        won.variant, won.point, won.kernel_hash)
 
 
 def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], key: Key,
