@@ -96,8 +96,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     standing winner, the one the build freezes now (it competes for its bucket again)."""
     from .backends import get_backend
     from .errors import UnsupportedInput
-    from .records import read
-    from .table import fill_nearest, rekeyed, split_winners
+    from .table import fill_nearest, read_keyed, split_winners
 
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
@@ -114,7 +113,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     else:
         programs = backend.cores() if name == "npu" else chip.cores
     hashes = kernel_hashes(root, spec, chip.rendering)
-    found = rekeyed(spec, read(records_path, op=spec.op, chip=chip.name).records)
+    found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
     fresh = split_winners(spec, chip, records_path, found, hashes)[0]
     for row in fill_nearest(spec, chip, fresh):  # an untuned bucket starts from its neighbour's winner

@@ -10,15 +10,14 @@ Uses ``records``, ``table``.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
 from .hardware import ChipProfile
-from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, read, sort_key
+from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, sort_key
 from .spec import OpSpec
-from .table import checked_frozen_winner, cross_checked, rekeyed, split_winners
+from .table import checked_frozen_winner, cross_checked, read_keyed, split_winners
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -27,8 +26,7 @@ EARLIER_FASTER = 0.05
 
 def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> str:
     """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> today's kernel)."""
-    found = read(path, op=spec.op, chip=chip.name)
-    found = dataclasses.replace(found, records=rekeyed(spec, found.records))
+    found = read_keyed(spec, chip, path)
     fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
     stale = {s.record.key: s.reason for s in old}
     latest = latest_winners(found.records)

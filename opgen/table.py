@@ -4,8 +4,9 @@
 bucket's winner in force (the latest one that met the one before it, :func:`held_winners`) whose
 kernel (content hash) and tunables still match (else it is a stale winner, reported in the
 table, never frozen), then fills every other bucket of the dispatch key from the nearest tuned
-bucket whose point is legal and fits there; ``cross_checked`` finds which tuned rows have a current leave-one-out check in the
-records. Read by ``opgen build`` (``freeze``) and the tuner's cross-check.
+bucket whose point is legal and fits there; ``cross_checked`` finds which tuned rows have a
+current leave-one-out check in the records. Read by ``opgen build`` (``freeze``) and the tuner's
+cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
@@ -18,13 +19,13 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import (CheckRecord, Key, Record, TrialRecord, WinnerRecord, key_of, read, sort_key,
-                      split_key_field)
+from .records import (CheckRecord, Key, Record, RecordFile, TrialRecord, WinnerRecord, key_of, read,
+                      sort_key, split_key_field)
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
-           "frozen_rows", "fresh_winners", "rekeyed", "split_winners", "stale", "fill_nearest",
+           "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
            "leave_one_out_fill"]
 
 
@@ -158,8 +159,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         RecordError: a malformed or foreign record, or a fresh winner illegal for its own case.
         BudgetError: a fresh winner over the chip's budget.
     """
-    records = read(path, op=spec.op, chip=chip.name)
-    records = dataclasses.replace(records, records=rekeyed(spec, records.records))
+    records = read_keyed(spec, chip, path)
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
@@ -218,8 +218,13 @@ def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
     """The winners in force at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
     if not path.exists():
         return {}
-    found = rekeyed(spec, read(path, op=spec.op, chip=chip.name).records)
-    return split_winners(spec, chip, path, found, kernel_hashes)[0]
+    return split_winners(spec, chip, path, read_keyed(spec, chip, path).records, kernel_hashes)[0]
+
+
+def read_keyed(spec: OpSpec, chip: ChipProfile, path: Path) -> RecordFile:
+    """The records of ``spec`` on ``chip`` at ``path``, keyed as the spec buckets their cases now."""
+    found = read(path, op=spec.op, chip=chip.name)
+    return dataclasses.replace(found, records=rekeyed(spec, found.records))
 
 
 def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:
