@@ -14,6 +14,7 @@ Uses ``spec``, ``space``, ``worker``, ``records``, ``hardware``, ``bench``.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -370,8 +371,8 @@ class Campaign:
     # --- winners ----------------------------------------------------------------------------
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
         """Geomean over the bucket's cases of interleaved re-measures of several points."""
-        per_round = bench.Protocol(warmup=2, repeat=max(3, self.settings.protocol.repeat // self.settings.rounds),
-                                   flush=self.settings.protocol.flush, hold=self.settings.protocol.hold)
+        per_round = dataclasses.replace(self.settings.protocol, warmup=2,
+                                        repeat=max(3, self.settings.protocol.repeat // self.settings.rounds))
         times: dict[Point, list[float]] = {p: [] for p in points_}
         for case in bucket.cases:
             samples: dict[Point, list[float]] = {p: [] for p in points_}

@@ -50,7 +50,12 @@ def test_event_timer_measures_between_records():
     assert _FakeDevice.synced[-1] == "cpu"
     backend.flush()
     backend.flush()
-    assert backend._flush_buffer.numel() == 256 and int(backend._flush_buffer.sum()) == 0
+    # a read of the whole buffer, which it leaves as it was (no dirty lines for the timed call)
+    assert backend._flush_buffer.numel() == 256 and float(backend._flush_sink) == 256.0
+    backend._flush_sink.zero_()
+    backend._flush_buffer[:3] = 0.0
+    backend.flush(dirty=True)  # a write pass: the buffer is filled again, nothing read
+    assert bool((backend._flush_buffer == 1).all()) and float(backend._flush_sink) == 0.0
 
 
 def test_registry():
@@ -71,11 +76,11 @@ class _RecordingBackend:
     def synchronize(self):
         self.log.append("sync")
 
-    def flush(self):
-        self.log.append("flush")
+    def flush(self, dirty=False):
+        self.log.append("flush dirty" if dirty else "flush")
 
-    def hold(self):
-        self.log.append("hold")
+    def hold(self, dirty=False):
+        self.log.append("hold dirty" if dirty else "hold")
 
     def timer(self):
         def measure(fn):
@@ -96,6 +101,17 @@ def test_each_timed_call_follows_a_flush_and_a_hold():
     backend.log.clear()
     bench.measure(backend, lambda: backend.log.append("call"), bench.Protocol(warmup=0, repeat=1, flush=False, hold=False))
     assert backend.log == ["sync", "start", "call", "end"]
+    backend.log.clear()
+    bench.measure(backend, lambda: backend.log.append("call"), bench.Protocol(warmup=0, repeat=1, dirty=True))
+    assert backend.log == ["sync", "flush dirty", "hold dirty", "start", "call", "end"]
+
+
+def test_side_by_side_keeps_the_protocol_s_flush():
+    from opgen import bench
+
+    backend = _RecordingBackend()
+    bench.side_by_side(backend, {"a": lambda: None}, rounds=2, protocol=bench.Protocol(warmup=2, repeat=4, dirty=True))
+    assert backend.log.count("flush dirty") == 4 and "flush" not in backend.log
 
 
 def test_host_overhead_queues_the_calls_behind_a_held_device():
@@ -108,13 +124,13 @@ def test_host_overhead_queues_the_calls_behind_a_held_device():
 
 
 def test_hold_queues_more_passes_over_the_flush_buffer():
-    backend = _FakeBackend("cpu")
-    zeroed = []
+    passes = []
 
-    class _Buffer:
-        def zero_(self):
-            zeroed.append(1)
+    class _Counting(_FakeBackend):
+        def _pass(self, write):
+            passes.append(write)
 
-    backend._flush_buffer = _Buffer()
-    backend.hold()
-    assert len(zeroed) == _FakeBackend.HOLD_PASSES >= 2
+    _Counting("cpu").hold()
+    _Counting("cpu").hold(dirty=True)
+    n = _FakeBackend.HOLD_PASSES
+    assert n >= 2 and passes == [False] * n + [True] * n

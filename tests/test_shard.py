@@ -166,3 +166,16 @@ def _shard_json(results: list[dict], generated: str | None = None, device: str =
     generated = generated or generated_hash(ROOT, "chunk_gla_fwd_o_gk")
     return json.dumps(dict(op="chunk_gla_fwd_o_gk", generated=generated,
                            toolchain={"triton": "3.6.0", "device": device}, results=results))
+
+
+def test_bench_table_reports_the_writing_flush_beside_the_reading_one():
+    """Cases measured under both flushes get a summary line of the old (writing) protocol too."""
+    from opgen.compare import CaseResult, table
+
+    both = CaseResult("B1-a", 1.0, 2.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0, 1.25, 2.0)
+    read_only = CaseResult("B1-b", 1.0, 1.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0)
+    lines = table([both, read_only], "fla").splitlines()
+    assert lines[-2].startswith("geomean speedup 1.414x")
+    assert lines[-1] == ("after a flush that writes (the protocol until session 7), 1 cases: geomean speedup "
+                         "1.600x, fraction of the memory floor ours 0.400, fla 0.250")
+    assert table([read_only], "fla").splitlines()[-1].startswith("geomean speedup 1.000x")

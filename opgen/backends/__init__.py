@@ -33,19 +33,25 @@ class Backend(Protocol):
     def timer(self) -> Timer:
         """A timer of device work (events on devices, the wall clock in the interpreter)."""
 
-    def flush(self) -> None:
-        """Evict the last-level cache so a timed call reads its inputs from memory."""
+    def flush(self, dirty: bool = False) -> None:
+        """Evict the last-level cache so a timed call reads its inputs from memory; ``dirty``
+        leaves it full of written lines instead of clean ones."""
 
-    def hold(self) -> None:
+    def hold(self, dirty: bool = False) -> None:
         """Queue device work long enough to cover the host's launch overhead, so a timer started
-        next measures the device's work, not the host's."""
+        next measures the device's work, not the host's (``dirty``: work that writes)."""
 
 
 class EventBackend:
-    """Timing shared by the device backends: device events, and an L2 flush that zeroes a buffer
+    """Timing shared by the device backends: device events, and an L2 flush that reads a buffer
     larger than any last-level cache of the chips profiled (Hopper 60 MB, Atlas A2 192 MB).
-    ``hold`` zeroes it ``HOLD_PASSES`` more times: about 0.2 ms on an H200, more on slower memory,
-    longer than a Python call of a generated op or of FLA's wrapper takes to launch its kernel.
+
+    The flush reads, it does not write: a write pass leaves the cache full of dirty lines whose
+    write-back the timed call then pays (on the H200 a copy of a bench case's bytes ran at 0.92 of
+    the memory floor after a zero-fill, 0.98 after a read; ``scripts/copy_floor.py``). Until
+    session 7 the flush and the hold wrote; ``dirty=True`` still does. ``hold`` passes over the
+    buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on slower memory, longer than a
+    Python call of a generated op or of FLA's wrapper takes to launch its kernel.
 
     Subclasses name ``name`` and return their torch device module (``torch.cuda``, ``torch.npu``).
     """
@@ -57,6 +63,7 @@ class EventBackend:
     def __init__(self, device: str) -> None:
         self.device = device
         self._flush_buffer = None
+        self._flush_sink = None
 
     def _module(self):
         raise NotImplementedError
@@ -64,17 +71,24 @@ class EventBackend:
     def synchronize(self) -> None:
         self._module().synchronize(self.device)
 
-    def flush(self) -> None:
+    def _pass(self, write: bool) -> None:
+        """One pass over the whole flush buffer: a sum into a one-element sink, or a fill."""
         import torch
 
         if self._flush_buffer is None:
-            self._flush_buffer = torch.empty(self.FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
-        self._flush_buffer.zero_()
+            self._flush_buffer = torch.ones(self.FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
+            self._flush_sink = torch.empty((), dtype=torch.float32, device=self.device)
+        if write:
+            self._flush_buffer.fill_(1.0)
+        else:
+            torch.sum(self._flush_buffer, dim=0, out=self._flush_sink)
 
-    def hold(self) -> None:
-        self.flush()
-        for _ in range(self.HOLD_PASSES - 1):
-            self._flush_buffer.zero_()
+    def flush(self, dirty: bool = False) -> None:
+        self._pass(write=dirty)
+
+    def hold(self, dirty: bool = False) -> None:
+        for _ in range(self.HOLD_PASSES):
+            self._pass(write=dirty)
 
     def timer(self):
         events = self._module().Event

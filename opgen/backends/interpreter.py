@@ -23,10 +23,10 @@ class InterpreterBackend:
     def synchronize(self) -> None:
         return None
 
-    def flush(self) -> None:
+    def flush(self, dirty: bool = False) -> None:
         return None
 
-    def hold(self) -> None:
+    def hold(self, dirty: bool = False) -> None:
         return None
 
     def timer(self):
