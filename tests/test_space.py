@@ -25,7 +25,8 @@ def test_variants_per_rendering(gla):
     npu = [v.name for v in space.variants_for(gla, "npu")]
     cuda = [v.name for v in space.variants_for(gla, "cuda")]
     assert len(npu) == 12 and all(n.endswith("_persistent") for n in npu)
-    assert len(cuda) == 24
+    # vloop (an axis option with backends: [cuda]) renders for cuda only
+    assert len(cuda) == 32 and sum("_vloop_" in n for n in cuda) == 8 and not any("_vloop_" in n for n in npu)
     assert npu[0] == "fold_general_persistent"
     assert space.find_variant(gla, "split_h1_tiled").flags == {"SCALE_PATH": "split", "SHAPE": "h1", "GRID": "tiled"}
     with pytest.raises(BuildError, match="unknown variant 'nope'"):
@@ -38,6 +39,9 @@ def test_legality(gla):
     assert not space.is_legal(gla, space.find_variant(gla, "split_general_tiled"), bf16)
     assert space.is_legal(gla, space.find_variant(gla, "split_general_tiled"), fp16)
     assert space.is_legal(gla, space.find_variant(gla, "fp32_h1_persistent"), bf16)
+    assert space.is_legal(gla, space.find_variant(gla, "fold_vloop_tiled"), fp16)  # K <= 128
+    wide = _params(gla, B=1, T=64, H=2, K=256, V=64, chunk_size=64, dtype="float16")
+    assert not space.is_legal(gla, space.find_variant(gla, "fold_vloop_tiled"), wide)
     assert not space.is_legal(gla, space.find_variant(gla, "fp32_h1_persistent"), fp16)
     assert space.is_legal(gla, space.find_variant(gla, "fold_single_persistent"), bf16)
     assert not space.is_legal(gla, space.find_variant(gla, "fold_single_persistent"), fp16)
@@ -161,7 +165,8 @@ def test_excluded_combinations_are_not_variants(gla, tmp_path):
     names = {v.name for v in space.all_variants(load(path, tmp_path))}
     assert "post_general_tiled" in names and "post_h1_persistent" not in names
     assert "fold_h1_persistent" in names and "fold_h1_tiled" not in names
-    assert len(names) == len(space.all_variants(gla)) - 4 - 3
+    # post on h1, single and vloop (two grids each); tiled h1 on the three other scale paths
+    assert len(names) == len(space.all_variants(gla)) - 6 - 3
 
 
 @pytest.mark.parametrize("row, algo", [

@@ -47,8 +47,8 @@ class EventBackend:
     larger than any last-level cache of the chips profiled (Hopper 60 MB, Atlas A2 192 MB).
 
     The flush reads, it does not write: a write pass leaves the cache full of dirty lines whose
-    write-back the timed call then pays (on the H200 a copy of a bench case's bytes ran at 0.92 of
-    the memory floor after a zero-fill, 0.98 after a read; ``scripts/copy_floor.py``). Until
+    write-back the timed call then pays (on the H200 a copy of a bench case's bytes ran at 0.91 of
+    the memory floor after a zero-fill, 0.97 after a read, geomean; ``scripts/copy_floor.py``). Until
     session 7 the flush and the hold wrote; ``dirty=True`` still does. ``hold`` passes over the
     buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on slower memory, longer than a
     Python call of a generated op or of FLA's wrapper takes to launch its kernel.
