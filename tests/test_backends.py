@@ -106,7 +106,7 @@ def test_each_timed_call_follows_a_flush_and_a_hold():
     assert backend.log == ["sync", "flush dirty", "hold dirty", "start", "call", "end"]
 
 
-def test_side_by_side_keeps_the_protocol_s_flush():
+def test_side_by_side_keeps_the_protocols_flush():
     from opgen import bench
 
     backend = _RecordingBackend()
