@@ -62,8 +62,9 @@ def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
-                hashes: dict[str, str], date: str) -> Callable[[str, dict[str, Any]], None]:
-    """A sink that appends each trial, winner and cross-check to the tuning records as it happens."""
+                hashes: dict[str, str], date: str, flush: str = "read") -> Callable[[str, dict[str, Any]], None]:
+    """A sink that appends each trial, winner and cross-check to the tuning records as it happens;
+    ``flush`` names the timing protocol's flush (``records.FLUSHES``)."""
     from . import records
 
     classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
@@ -71,7 +72,7 @@ def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
 
     def sink(kind: str, fields_: dict[str, Any]) -> None:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,
-                      kernel_hash=hashes[fields_["variant"]], date=date)
+                      kernel_hash=hashes[fields_["variant"]], date=date, flush=flush)
         if kind == "cross_check":
             common["fill_kernel_hash"] = hashes[fields_["fill_variant"]]
         records.append(path, [classes[kind](**common, **fields_)])
@@ -120,7 +121,8 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}
-    sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date)
+    sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date,
+                       "write" if settings.protocol.dirty else "read")
     campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
                         toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
     return campaign, earlier, standing

@@ -17,7 +17,7 @@ import itertools
 import json
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
 
@@ -116,9 +116,15 @@ def _plain(v: Any) -> Any:
 
 
 # --- records ---------------------------------------------------------------------------------
+FLUSHES = ("read", "write")
+"""How the cache was flushed before each timed call: ``read`` (since session 7) or ``write``."""
+
 _COMMON: dict[str, Conv] = dict(
     op=_str, chip=_str, toolchain=_dict_of(_str), kernel_hash=_str, key=_tuple_of(_scalar),
-    case=_dict_of(_scalar), variant=_str, point=_dict_of(_scalar), study=_str, date=_date)
+    case=_dict_of(_scalar), variant=_str, point=_dict_of(_scalar), study=_str, date=_date,
+    flush=_one_of(*FLUSHES))
+# Keys a line may lack, with the value they had before they existed.
+_DEFAULTS: dict[str, Any] = {"flush": "write"}
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,9 @@ class _Record:
     point: dict[str, Any]
     study: str
     date: str
+    # The timing protocol's flush: times taken under the two do not compare (a writing flush
+    # leaves dirty lines whose write-back the timed call pays). Lines from before it read "write".
+    flush: str = field(default="read", kw_only=True)
 
     KIND: ClassVar[str] = ""
     CONVERT: ClassVar[dict[str, Conv]] = {}
@@ -165,6 +174,7 @@ class _Record:
                 got = {k: data.get(k) for k in wanted} if isinstance(data, dict) else data
                 raise RecordError(f"expected a JSON object with {wanted}, got {got!r}")
             names = {*wanted, *cls.CONVERT}
+            data = {**{k: v for k, v in _DEFAULTS.items() if k in names}, **data}
             if set(data) != names:
                 raise RecordError(f"{cls.KIND} record: missing keys {sorted(names - set(data))}, "
                                   f"unknown keys {sorted(set(data) - names)}")

@@ -41,7 +41,8 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             if rec.key not in beside or rec.loss < beside[rec.key].loss:
                 beside[rec.key] = rec
         if (isinstance(rec, WinnerRecord) and rec.key in fresh and kernel_hashes.get(rec.variant) == rec.kernel_hash
-                and (rec.variant, rec.point) != (fresh[rec.key].variant, fresh[rec.key].point)):
+                and (rec.variant, rec.point) != (fresh[rec.key].variant, fresh[rec.key].point)
+                and rec.flush == fresh[rec.key].flush):  # times of two flushes do not compare
             best = faster.get(rec.key)
             if best is None or rec.median_ms < best.median_ms:
                 faster[rec.key] = rec

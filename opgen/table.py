@@ -134,7 +134,7 @@ def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mappin
 
 
 def _comment(rec: WinnerRecord) -> str:
-    parts = [f"median {rec.median_ms:.4f} ms"]
+    parts = [f"median {rec.median_ms:.4f} ms" + (" (writing flush)" if rec.flush == "write" else "")]
     if rec.budget is not None:
         reported = "" if rec.budget.reported is None else f" (reported {rec.budget.reported})"
         parts.append(f"{rec.budget.kind} {rec.budget.estimate}{reported}")

@@ -423,6 +423,9 @@ def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla
     # nor is an earlier winner within the margin
     _write(path, [fast, _faced(_winner(gla, point=other, median=0.104), fast)])
     assert "earlier winner" not in report(gla, CHIP, path, hashes)
+    # nor one timed under the other flush (its times do not compare)
+    _write(path, [fast, _faced(dataclasses.replace(_winner(gla, point=other, median=0.2), flush="write"), fast)])
+    assert "earlier winner" not in report(gla, CHIP, path, hashes)
     # a later winner that never met the frozen one is named, not frozen
     _write(path, [fast, _winner(gla, point=other, median=0.2, date="2026-12-01")])
     text = report(gla, CHIP, path, hashes)
@@ -456,3 +459,18 @@ def test_a_winner_tuned_under_other_edges_stands_for_the_bucket_its_case_falls_i
     assert table.stale == () and (0,) * 7 not in {r.key for r in table.rows}
     row = next(r for r in table.rows if r.key == _key(gla, won.case))
     assert row.variant == won.variant and not row.comment.startswith("from ")
+
+
+def test_flush_is_kept_and_lines_from_before_it_read_as_a_writing_flush(tmp_path, gla, hashes):
+    """Times of the two flushes do not compare: each record says which one it was taken under."""
+    rec = _winner(gla)
+    assert rec.flush == "read" and json.loads(rec.line())["flush"] == "read"
+    old = json.loads(rec.line())
+    del old["flush"]  # a line written before the field existed (sessions 1-6: the flush wrote)
+    assert records.WinnerRecord.from_json(old).flush == "write"
+    with pytest.raises(RecordError, match=r"flush: expected one of \['read', 'write'\]"):
+        records.WinnerRecord.from_json({**old, "flush": "none"})
+    path = _path(tmp_path)
+    _write(path, [dataclasses.replace(rec, flush="write")])
+    row = tables.frozen_rows(gla, CHIP, path, hashes, fill=False).rows[0]
+    assert row.comment.startswith("median 0.1234 ms (writing flush), ")

@@ -67,6 +67,7 @@ def test_faulty_configs_are_recorded_and_the_campaign_completes(tuned):
     assert "rel_l2=5.000e-01" in reasons["wrong"]
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert len(winners) == 1 and winners[0]["variant"] == "good" and winners[0]["key"] == [0]
+    assert {r["flush"] for r in _records(root)} == {"read"}  # the protocol each time was taken under
     assert "good" in out.stdout
 
 
