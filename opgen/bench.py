@@ -8,10 +8,11 @@ apart by :func:`host_overhead`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from .backends import Backend
 
@@ -65,6 +66,12 @@ def host_overhead(backend: Backend, fn: Callable[[], object], calls: int = 20) -
 def median(times: list[float]) -> float:
     """The median of a non-empty list of times."""
     return statistics.median(times)
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive values."""
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def side_by_side(backend: Backend, fns: dict[str, Callable[[], object]], rounds: int = 5,

@@ -138,10 +138,6 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
     return run
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def table(results: list[CaseResult], baseline: str) -> str:
     """The printed comparison with its summary lines."""
     lines = [f"{'case':<34} {'ours ms':>9} {baseline + ' ms':>9} {'speedup':>8} {'floor ours':>10} "
@@ -153,8 +149,8 @@ def table(results: list[CaseResult], baseline: str) -> str:
                      f"{r.base_err:>9.2e} {r.ours_host_us:>12.1f} {r.base_host_us:>11.1f} "
                      f"{r.ours_first_s:>10.2f} {r.base_first_s:>10.2f}")
     if results:
-        geo = _geomean([r.speedup for r in results])
-        floor = _geomean([r.floor_ms / r.ours_ms for r in results])
+        geo = bench.geomean([r.speedup for r in results])
+        floor = bench.geomean([r.floor_ms / r.ours_ms for r in results])
         worst = min(results, key=lambda r: r.speedup)
         lines.append(f"geomean speedup {geo:.3f}x, min {worst.speedup:.3f}x ({worst.case}), "
                      f">=1.2x on {sum(r.speedup >= 1.2 for r in results)}/{len(results)}; "
@@ -163,9 +159,9 @@ def table(results: list[CaseResult], baseline: str) -> str:
         dirty = [r for r in results if not math.isnan(r.ours_dirty_ms)]
         if dirty:
             lines.append(f"after a flush that writes (the protocol until session 7), {len(dirty)} cases: "
-                         f"geomean speedup {_geomean([r.base_dirty_ms / r.ours_dirty_ms for r in dirty]):.3f}x, "
-                         f"fraction of the memory floor ours {_geomean([r.floor_ms / r.ours_dirty_ms for r in dirty]):.3f}, "
-                         f"{baseline} {_geomean([r.floor_ms / r.base_dirty_ms for r in dirty]):.3f}")
+                         f"geomean speedup {bench.geomean([r.base_dirty_ms / r.ours_dirty_ms for r in dirty]):.3f}x, "
+                         f"fraction of the memory floor ours {bench.geomean([r.floor_ms / r.ours_dirty_ms for r in dirty]):.3f}, "
+                         f"{baseline} {bench.geomean([r.floor_ms / r.base_dirty_ms for r in dirty]):.3f}")
     return "\n".join(lines)
 
 

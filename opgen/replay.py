@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .bench import geomean
 from .errors import RecordError
 from .records import TrialRecord, read
 from .space import Point
@@ -54,8 +55,7 @@ def load_sweep(path: Path, op: str, chip: str, variant: str) -> Sweep:
             per_point.setdefault(point, []).append(rec.median_ms if rec.status == "ok" else None)
     if not per_point:
         raise RecordError(f"{path}: no trial records of variant {variant!r}")
-    times = {p: (None if any(t is None for t in ts) else math.exp(sum(math.log(t) for t in ts) / len(ts)))
-             for p, ts in per_point.items()}
+    times = {p: (None if any(t is None for t in ts) else geomean(ts)) for p, ts in per_point.items()}
     return Sweep(variant, dict(sorted(times.items(), key=lambda kv: kv[0].name())))
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from . import bench
+from .bench import geomean
 from .errors import UnsupportedInput
 from .hardware import ChipProfile
 from .records import key_of, sort_key
@@ -184,12 +185,6 @@ def dry_run_table(spec: OpSpec, profile: ChipProfile, plans: list[StudyPlan]) ->
     lines.append("dup, constr, budget and reasons: on each bucket's first case; feasible: the points "
                  "that fit every case of the bucket (the ones searched)")
     return "\n".join(lines)
-
-
-def geomean(values: Iterable[float]) -> float:
-    """Geometric mean of positive values."""
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 @dataclass
