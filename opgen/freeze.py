@@ -233,7 +233,7 @@ def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
         for variant in variants_for(spec, rendering):
             context = dict(header=_header(inputs), op=spec.op, variant_name=variant.name,
                            backend=rendering, launch_options=launch, **variant.flags)
-            text = render(env, spec.variants.template, context)
+            text = render(env, variant.template, context)
             hashes.setdefault(rendering, {})[variant.name] = records_mod.kernel_hash(text)
             files.append(GeneratedFile(f"{base}/kernels/{rendering}/{variant.name}.py", text))
     for chip in PROFILES.values():

@@ -24,11 +24,13 @@ class Variant:
         name: option names joined by ``_`` in axis order (``fold_general_tiled``).
         options: ``(axis, option)`` pairs in axis order.
         backends: renderings that produce it.
+        template: the kernel template that renders it (the first option's own, else the axes').
     """
 
     name: str
     options: tuple[tuple[str, str], ...]
     backends: tuple[str, ...]
+    template: str = ""
 
     @property
     def flags(self) -> dict[str, str]:
@@ -83,7 +85,8 @@ def all_variants(spec: OpSpec) -> tuple[Variant, ...]:
         backends = tuple(b for b in ("cuda", "npu")
                          if all(b in axes[a][o].backends for a, o in options))
         if backends:
-            out.append(Variant("_".join(combo), options, backends))
+            own = [axes[a][o].template for a, o in options if axes[a][o].template]
+            out.append(Variant("_".join(combo), options, backends, (own or [spec.variants.template])[0]))
     return tuple(out)
 
 

@@ -108,19 +108,22 @@ class Tunable(_Model):
 
 
 class AxisOption(_Model):
-    """One option of a variant axis: when it is legal, where it renders, tunables it fixes."""
+    """One option of a variant axis: when it is legal, where it renders, tunables it fixes, and
+    the kernel template of its variants when not the axes' own (a family of its own kernels)."""
 
     doc: str = ""
     when: Formula = parse("True")
     backends: tuple[Literal["cuda", "npu"], ...] = RENDERED_BACKENDS
     fixed: dict[Ident, Formula] = {}
+    template: str | None = None
 
 
 class Variants(_Model):
     """Variant axes; a variant picks one option per axis; its name joins the option names.
 
     ``exclude`` lists formulas over the axis names: a combination for which one holds is not a
-    variant (e.g. an axis that another option ignores).
+    variant (e.g. an axis that another option ignores). ``template`` renders every variant whose
+    options name no template of their own.
     """
 
     template: str

@@ -36,7 +36,7 @@ def test_npu_kernels_accepted_by_ascend_front_end(variant, dtype, has_z):
                 dmimo_z=torch.empty(B, H, R, P, **f32) if has_z else None,
                 dz=torch.empty(B, S, H, P, **f32) if has_z else None)
     calls = module.kernel_calls(**x, **outs, num_programs=20, point={"BLOCK_P": 16, "multibuffer": True})
-    assert len(calls) >= 2
+    assert calls
     for kernel, _grid, kwargs, options in calls:
         assert options == {"multibuffer": True}
         result = ascend_frontend(kernel, kwargs, arch="Ascend910B3", options=options)

@@ -135,11 +135,13 @@ def test_an_axis_default_reads_the_axes_before_it():
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     small = _params(spec, B=1, S=64, H=2, G=1, N=64, P=64, R=4, chunk_size=16, dtype="bfloat16",
                     mimo_z_given=True, z_given=True)
-    for chip in ("h200", "ascend910b3"):
+    for chip, algo in (("h200", "split"), ("ascend910b3", "rankfold")):
         flags = space.find_variant(spec, space.default_point(spec, profile(chip), small).variant).flags
-        assert flags["ALGO"] == "rankfold" and flags["PRE"] == "separate"
-    flags = space.find_variant(spec, space.default_point(spec, profile("h200"), {**small, "R": 2}).variant).flags
+        assert flags["ALGO"] == algo and flags["PRE"] == "separate" and flags["RANK_LOOP"] == "static"
+    flags = space.find_variant(spec, space.default_point(spec, profile("h200"), {**small, "R": 3}).variant).flags
     assert flags["ALGO"] == "staged" and flags["PRE"] == "fused"
+    flags = space.find_variant(spec, space.default_point(spec, profile("h200"), {**small, "R": 8}).variant).flags
+    assert flags["ALGO"] == "split" and flags["RANK_LOOP"] == "static"  # split has no rank loop
 
 
 def test_forced_point_keeps_the_defaults_but_what_the_variant_fixes(gla):
@@ -198,13 +200,21 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     assert {(p.config["BLOCK_P"], p.config["multibuffer"]) for p in points} == {(8, True), (8, False), (16, False), (32, False)}
     for point in points:
         kind, parts = space.budget_parts(spec, variant, point.config, params, profile("ascend910b3"))
-        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "scan"} and parts["aux"] == parts["post"] == 0
+        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "folded", "scan"}
+        assert parts["aux"] == parts["post"] == parts["folded"] == 0
         assert space.budget_bytes(spec, variant, point.config, params, profile("ascend910b3")) == (kind, max(parts.values()))
     # the aux path's own kernel counts; the pre-processing kernel alone is over at C=64, N=256
     wide = _params(spec, B=1, S=256, H=2, G=1, N=256, P=128, R=4, chunk_size=64, dtype="bfloat16")
     _, cut = space.points(spec, space.find_variant(spec, "aux_static_fused"), profile("ascend910b3"), wide)
     assert cut.feasible == 0 and all("pre" in reason for reason, _ in cut.reasons)
     assert any("aux" in reason for reason, _ in cut.reasons)
+    # fold and split hold a whole [L, N] chunk: at N = 256 nothing fits the UB, at N = 32 it does
+    for name in ("fold_static_separate", "split_static_separate"):
+        _, cut = space.points(spec, space.find_variant(spec, name), profile("ascend910b3"), wide)
+        assert cut.feasible == 0 and dict(cut.reasons)["ub_bytes(folded) > 196608"] == cut.over_budget > 0
+        small = _params(spec, B=1, S=256, H=2, G=1, N=32, P=64, R=2, chunk_size=8, dtype="bfloat16")
+        kept, _ = space.points(spec, space.find_variant(spec, name), profile("ascend910b3"), small)
+        assert kept and all(p.config["BLOCK_P"] >= 16 for p in kept)
 
 
 def test_a_case_dtype_no_tensor_allows_is_an_error_not_the_first_dtype(gla):

@@ -150,3 +150,32 @@ def test_bfloat16_outputs():
 
     x = make_inputs(1, 32, 2, 1, 8, 8, 2, chunk_size=16, dtype=torch.bfloat16, seed=3)
     _check(mamba3_mimo_bwd_fwd(**x, output_dtype=torch.bfloat16), x, torch.bfloat16)
+
+
+# fold and split on tiles where every product is a tl.dot (L = C * R, N and BLOCK_P >= 16): GQA,
+# a tail, R in 1, 2, 4, 8, Z and D on and off, a BLOCK_P below P
+FOLDED_CASES = [  # (B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, BLOCK_P)
+    (1, 40, 2, 1, 16, 32, 4, 8, "bfloat16", True, True, 4, 16),
+    (2, 50, 4, 2, 32, 16, 2, 16, "float16", True, False, 2, 16),
+    (1, 64, 2, 1, 16, 32, 1, 16, "float32", False, True, 4, 32),
+    (1, 32, 2, 2, 32, 32, 8, 4, "bfloat16", True, True, 4, 32),
+]
+
+
+@pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate"])
+@pytest.mark.parametrize("case", FOLDED_CASES, ids=[f"R{c[6]}_C{c[7]}_N{c[4]}_P{c[5]}" for c in FOLDED_CASES])
+def test_folded_variants_on_dot_sized_tiles(variant, case):
+    B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, block_p = case
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
+    x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
+                    has_z=has_z, has_d=has_d, seed=S + N + R)
+    _check(_launch(module, x, point={"BLOCK_P": block_p}), x)
+
+
+@pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate"])
+def test_folded_variants_bf16_outputs(variant):
+    """split reads its entering states from an fp32 copy when the outputs are narrower."""
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
+    x = make_inputs(1, 40, 2, 1, 16, 32, 4, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=3)
+    _check(_launch(module, x, output_dtype=torch.bfloat16, point={"BLOCK_P": 32}), x,
+           output_dtype=torch.bfloat16)
