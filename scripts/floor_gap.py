@@ -8,7 +8,7 @@ side-by-side measurement. Cases of the benchmark that the copy log lacks are lis
 on the CPU:
 
     python3 scripts/floor_gap.py benchmarks/h200_chunk_gla_fwd_o_gk_vs_fla.txt \
-        benchmarks/logs/h200_copy_floor_s7call5.txt
+        benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt
 """
 from __future__ import annotations
 
