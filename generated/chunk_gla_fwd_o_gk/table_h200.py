@@ -8,7 +8,7 @@
 18 tuned rows, 990 filled from the nearest tuned bucket, 0 stale records not frozen.
 Cross-check: 18 of 18 tuned rows checked against their leave-one-out fill; worst loss 36.3% at ('float16', 64, False, False, 3, 5, 1) (margin 10%): FLAGGED.
 Key: (dtype, BT, big_scale, H1, K, V, tasks).
-Chip figures: CUDA programming guide, cc 9.0; 132 SMs read by torch on the lent H200
+Chip figures: CUDA programming guide, cc 9.0; 132 SMs as torch reports them on an H200
 """
 
 CHIP = 'h200'

@@ -8,7 +8,7 @@
 8 tuned rows, 632 filled from the nearest tuned bucket, 0 stale records not frozen.
 Cross-check: 0 of 8 tuned rows checked against their leave-one-out fill.
 Key: (dtype, C, has_z, R, N, P, work).
-Chip figures: CUDA programming guide, cc 9.0; 132 SMs read by torch on the lent H200
+Chip figures: CUDA programming guide, cc 9.0; 132 SMs as torch reports them on an H200
 """
 
 CHIP = 'h200'
