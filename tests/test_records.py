@@ -395,7 +395,7 @@ def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, ha
 
 def test_earlier_winners_are_the_newest_distinct_three_keyed_by_their_case(gla):
     """Seeds of a bucket's studies: newest first, no repeats, at most three; the key comes from the
-    case under today's edges, not from the key stored when it was tuned."""
+    case under the current edges, not from the key stored when it was tuned."""
     from opgen.campaign import earlier_winners
 
     points = [{**POINT, "BV": bv} for bv in (32, 64, 128, 64, 32)]
