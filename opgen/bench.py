@@ -25,8 +25,9 @@ class Protocol:
     repeat: int = 25
     flush: bool = True
     hold: bool = True
-    # Flush and hold by writing (the protocol until session 7): the timed call starts with the
-    # cache full of dirty lines and pays their write-back. The default reads: clean lines only.
+    # Write-flush timing (the protocol before commit 371d19c): flush and hold write, so the timed
+    # call starts with the cache full of dirty lines and pays their write-back. The default reads:
+    # clean lines only.
     dirty: bool = False
 
 

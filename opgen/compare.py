@@ -36,8 +36,9 @@ class CaseResult:
     base_first_s: float
     ours_host_us: float
     base_host_us: float
-    # Both medians again after a flush that writes (the protocol until session 7), so the table
-    # shows what the cache's dirty lines cost; NaN in shards measured before.
+    # Both medians again under write-flush timing (flush and hold zero-fill their buffer, the
+    # protocol before commit 371d19c), so the table shows what the cache's dirty lines cost; NaN in
+    # shards measured before 371d19c.
     ours_dirty_ms: float = math.nan
     base_dirty_ms: float = math.nan
 
@@ -158,7 +159,7 @@ def table(results: list[CaseResult], baseline: str) -> str:
                      f"{baseline} on {sum(r.ours_err <= r.base_err for r in results)}/{len(results)}")
         dirty = [r for r in results if not math.isnan(r.ours_dirty_ms)]
         if dirty:
-            lines.append(f"after a flush that writes (the protocol until session 7), {len(dirty)} cases: "
+            lines.append(f"write-flush timing (the flush zero-fills, as before 371d19c), {len(dirty)} cases: "
                          f"geomean speedup {bench.geomean([r.base_dirty_ms / r.ours_dirty_ms for r in dirty]):.3f}x, "
                          f"fraction of the memory floor ours {bench.geomean([r.floor_ms / r.ours_dirty_ms for r in dirty]):.3f}, "
                          f"{baseline} {bench.geomean([r.floor_ms / r.base_dirty_ms for r in dirty]):.3f}")

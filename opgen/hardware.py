@@ -1,8 +1,8 @@
 """Chip profiles: on-chip memory sizes and core counts, and device detection.
 
-Every number cites its source. Ascend figures come from CANN's platform configs and the
-Triton-Ascend docs as collected in ``shared/ASCEND.md``; NVIDIA figures from the CUDA
-programming guide's compute-capability table. Detection imports torch (and torch_npu) inside
+Every number cites its source in the profile's ``source``. Ascend figures come from CANN's
+platform configs (``platform_config/Ascend910B*.ini``), the CANN docs and the Triton-Ascend
+programming guide; NVIDIA figures from the CUDA programming guide's compute-capability table. Detection imports torch (and torch_npu) inside
 the function only, so the driver imports where no device stack is installed. Uses ``errors``.
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ PROFILES: dict[str, ChipProfile] = {p.name: p for p in (
                        "mode); L1/L0 sizes and core counts not published: read from the driver"),
     ChipProfile("h100", "cuda", ("H100",), **_HOPPER, source="CUDA programming guide, cc 9.0; H100 SXM"),
     ChipProfile("h200", "cuda", ("H200",), **_HOPPER,
-                source="CUDA programming guide, cc 9.0; 132 SMs read by torch on the lent H200"),
+                source="CUDA programming guide, cc 9.0; 132 SMs as torch reports them on an H200"),
     ChipProfile("interpreter", "interpreter", (), programs=4,
                 source="Triton CPU interpreter: numerics only, no on-chip memory to budget"),
 )}

@@ -1,7 +1,7 @@
 """``opgen records``: what the tuning records of one op on one chip hold, bucket by bucket.
 
 Per key: the winner the build freezes (or why it is stale), its median, the margin to its
-runner-up and its date; the trials measured there on today's kernels, by status; the loss of its
+runner-up and its date; the trials measured there on the current kernels, by status; the loss of its
 current cross-check; a later winner that never met it (not frozen); another point that won the
 key earlier on the same kernel and ran faster in its own run, and another point that ran faster
 beside the winner in a cross-check (its search missed it). Then the table's cross-check verdict.
@@ -25,7 +25,7 @@ EARLIER_FASTER = 0.05
 
 
 def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> str:
-    """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> today's kernel)."""
+    """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> current kernel)."""
     found = read_keyed(spec, chip, path)
     fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
     stale = {s.record.key: s.reason for s in old}
@@ -33,7 +33,7 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)
     loss = {c.key: c.loss for c in checks.current}
     trials: dict[tuple, Counter] = {}
-    faster: dict[tuple, WinnerRecord] = {}  # per key, the fastest earlier winner on today's kernels
+    faster: dict[tuple, WinnerRecord] = {}  # per key, the fastest earlier winner, current kernels
     beside: dict[tuple, CheckRecord] = {}  # per key, the check whose other point beat the winner most
     other = 0
     for rec in found.records:
@@ -55,7 +55,7 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     torn = f", {found.torn} torn line skipped" if found.torn else ""
     lines = [f"{spec.op} on {chip.name}: {len(found.records)} records in {path}{torn}",
              f"{'key (' + ', '.join(spec.dispatch.key) + ')':<44} {'winner':<26} {'median ms':>9} {'margin':>7} "
-             f"{'tuned':<10} {'loss':>7}  trials on today's kernels"]
+             f"{'tuned':<10} {'loss':>7}  trials on the current kernels"]
     for key in sorted(set(fresh) | set(stale) | set(trials), key=sort_key):
         tried = ", ".join(f"{n} {status}" for status, n in sorted(trials.get(key, Counter()).items())) or "none"
         name = ",".join(map(str, key))
@@ -81,11 +81,12 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             lines.append(f"{name:<44} {'(' + stale[key] + ')' if key in stale else '(no winner)'}")
             lines.append(f"{'':<44} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")
     if other:
-        lines.append(f"{other} trials measured kernels other than today's (not counted above)")
+        lines.append(f"{other} trials measured a kernel since changed (not counted above)")
     lines.append(checks.line())
     return "\n".join(lines)
 
 
 def _checks_frozen(rec: CheckRecord, fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]) -> bool:
-    """Whether a cross-check measured the key's frozen winner and its other point on today's kernels."""
+    """Whether a cross-check measured the key's frozen winner and its other point on the current
+    kernels."""
     return checked_frozen_winner(rec, fresh) and kernel_hashes.get(rec.fill_variant) == rec.fill_kernel_hash

@@ -174,7 +174,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
                   fresh: Mapping[Key, WinnerRecord], kernel_hashes: Mapping[str, str]) -> CrossChecked:
     """The latest current cross-check of each fresh winner: one that measured this winner, on
-    today's kernels, against the fill the table would give its key from the other winners now
+    the current kernels, against the fill the table would give its key from the other winners now
     (a check of another point, from ``--cross-check-all``, counts once the fill rule picks it)."""
     fills: dict[Key, tuple[str, dict[str, Any]]] = {}
     latest: dict[Key, CheckRecord] = {}
@@ -229,7 +229,7 @@ def read_keyed(spec: OpSpec, chip: ChipProfile, path: Path) -> RecordFile:
 
 def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:
     """``records`` keyed as the spec buckets their cases now: a winner tuned before the dispatch
-    edges moved stands for the bucket its case falls in today (a case the spec no longer
+    edges moved stands for the bucket its case falls in now (a case the spec no longer
     evaluates keeps its stored key)."""
     keys: dict[tuple, Key | None] = {}
     out = []
@@ -387,8 +387,9 @@ def _nearest(bucketed: list[int], target: Key) -> Callable[[Key], tuple[Any, ...
 
     Larger first: tiles tuned for larger dims cover a smaller shape (masked), while tiles tuned
     for smaller dims split a larger one into more programs that read the shared operands again.
-    On the H200 (session 6 records), K=V=96 ran within 0-6% of its own winner with the K=V=128
-    winners and lost 71-81% with the K=V=64 one, its nearer-below neighbour at the same distance.
+    In the H200 records of commit 59c9b50, K=V=96 ran within 0-6% of its own winner with the
+    K=V=128 winners and lost 71-81% with the K=V=64 one, its nearer-below neighbour at the same
+    distance.
     """
     def order(src: Key) -> tuple[Any, ...]:
         dist = sum(abs(src[i] - target[i]) for i in bucketed)

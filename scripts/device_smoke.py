@@ -5,7 +5,7 @@ the chip with the variant's fixed values, one launch through the tuner's worker,
 accuracy checks against the float64 golden. Prints one line per (case, variant): the status,
 the seconds (compilation included) and each output's rel. L2 error. Exit status 1 if any failed.
 
-Usage (on the lent H200): python3 scripts/device_smoke.py mamba3_mimo_bwd_fwd --chip h200 --cases gpu_smoke
+Usage (on an H200): python3 scripts/device_smoke.py mamba3_mimo_bwd_fwd --chip h200 --cases gpu_smoke
 (``--index I`` runs only the I-th case, so that several processes can share the cases.)
 """
 from __future__ import annotations

@@ -3,12 +3,12 @@
 Joins a benchmark table (``opgen bench ... --output``) with a copy-floor log
 (``scripts/copy_floor.py``) by case name and prints, per case: our time, the floor, the copy's
 time, our time over the copy's in microseconds and as a fraction, and our fraction of the floor.
-The two files come from different device calls, so the ratios cross runs: an analysis aid, not a
+The two files come from different runs, so the ratios cross runs: an analysis aid, not a
 side-by-side measurement. Cases of the benchmark that the copy log lacks are listed apart. Runs
 on the CPU:
 
     python3 scripts/floor_gap.py benchmarks/h200_chunk_gla_fwd_o_gk_vs_fla.txt \
-        benchmarks/logs/h200_copy_floor_s7call5.txt
+        benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ with the four combinations, compiled, checked and timed through the tuner's work
 rounds. Prints one line per (case, combination): the median of the rounds' medians (ms) and its
 ratio to the winner as recorded (both off).
 
-Usage (on the lent H200): python3 scripts/h200_ab_gla.py [CASE_SET] [ROUNDS] [DTYPE]
+Usage (on an H200): python3 scripts/h200_ab_gla.py [CASE_SET] [ROUNDS] [DTYPE]
 """
 from __future__ import annotations
 

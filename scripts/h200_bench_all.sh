@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The two benchmarks on the lent H200 pair (device tool, kind nvidia-h200-x2, carry .whl), each
-# case side by side in one process, the cases shared over both GPUs:
+# The two benchmarks on a host with two H200s (wheels in .whl/, see scripts/device_env.sh), each
+# case side by side in one process, the cases shared over the GPUs of DEVICES:
 #   chunk_gla_fwd_o_gk (frozen H200 table) against FLA 0.6.0 on the bench_fla cases;
 #   mamba3_mimo_bwd_fwd (frozen H200 table) against its own stage0 on the 11 official shapes.
 # Usage: bash scripts/h200_bench_all.sh OUT_DIR [DEVICES] [OPS]   (OPS: "gla mamba3", the default, or one)

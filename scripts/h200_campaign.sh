@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call on the lent H200 pair (device tool, kind nvidia-h200-x2, carry .whl and .tune):
+# Both H200 campaigns on a host with two H200s (wheels in .whl/, see scripts/device_env.sh):
 #   GPU 0: the chunk_gla_fwd_o_gk campaign on the spec's bench cases (cross-checked);
 #   GPU 1: the mamba3_mimo_bwd_fwd campaign on the official shapes, then the exhaustive sweep of
 #          one GLA variant space on one case (the input of `opgen replay`).
-# Resumable: the optuna journals travel in .tune/. Records land in records/h200/ and OUT/.
+# Resumable: keep .tune/ (the optuna journals) between runs. Records land in records/h200/ and are
+# copied to OUT_DIR/ with the journals.
 # Usage: bash scripts/h200_campaign.sh OUT_DIR [SECONDS]
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:-420}
@@ -11,7 +12,8 @@ source scripts/device_env.sh
 python3 -m opgen.cli build --check || exit 1
 mkdir -p .tune "$out/sweep/h200"
 common=(--chip h200 --compile-workers 8 --no-progress)
-# The variants that won or came close in the first call (2026-11-30); the journals resume each study.
+# The variants that won or came close in a first campaign over every variant
+# (benchmarks/logs/h200_gla_tune_bench_6trials_a223cf1.log); the journals resume each study.
 gla=fold_general_tiled,fold_h1_tiled,fold_single_tiled,fp32_general_tiled,fp32_single_tiled,split_general_tiled
 mamba=staged_static_fused,rankfold_static_separate
 CUDA_VISIBLE_DEVICES=0 python3 -m opgen.cli tune chunk_gla_fwd_o_gk "${common[@]}" --cases bench --variants "$gla" \

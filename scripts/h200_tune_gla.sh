@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# One device call on the lent H200 pair (device tool, kind nvidia-h200-x2, carry .whl and .tune):
-# a chunk_gla_fwd_o_gk search over both GPUs on one case set, a rebuild of the table, and (when
-# BENCH=1) those cases against FLA 0.6.0. Records land in records/h200/ and OUT/records.
+# A chunk_gla_fwd_o_gk search on one case set over the H200s of DEVICES (wheels in .whl/, see
+# scripts/device_env.sh; keep .tune/ between runs to resume), a rebuild of the table, and (when
+# BENCH=1) those cases against FLA 0.6.0. Records land in records/h200/ and OUT_DIR/records.
 # Usage: [DEVICES=cuda:0] bash scripts/h200_tune_gla.sh OUT_DIR SECONDS CASES TRIALS VARIANTS [BENCH]
-#   (DEVICES: the GPUs to share the buckets over, cuda:0,cuda:1 by default; cuda:0 on kind nvidia-h200;
+#   (DEVICES: the GPUs to share the buckets over, cuda:0,cuda:1 by default; cuda:0 on one GPU;
 #   CROSS_CHECK=1: then each tuned bucket's winner against the row the table would fill it with;
 #   CROSS_CHECK=all: and against every other bucket's winner as well)
-#   session 3, call 1: bash scripts/h200_tune_gla.sh OUT 300 bench_large_v 30 \
+# The two runs behind the records of commit 18d6088, on two GPUs:
+#   bash scripts/h200_tune_gla.sh OUT_DIR 300 bench_large_v 30 \
 #       fold_general_tiled,post_general_tiled,fp32_general_tiled,split_general_tiled 1
-#   session 3, call 2: bash scripts/h200_tune_gla.sh OUT 480 bench_fla 20 \
+#   bash scripts/h200_tune_gla.sh OUT_DIR 480 bench_fla 20 \
 #       fold_general_tiled,post_general_tiled,fp32_general_tiled,split_general_tiled,fold_h1_tiled,post_h1_tiled,fold_single_tiled,fp32_single_tiled,split_single_tiled
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; cases=${3:?case set}; trials=${4:?trials}; variants=${5:?variants}

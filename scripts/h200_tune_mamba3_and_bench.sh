@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call on the lent H200 pair (kind nvidia-h200-x2, carry .whl and .tune): the
-# mamba3_mimo_bwd_fwd campaign over both GPUs (one share of the buckets each), `opgen build` to
+# The mamba3_mimo_bwd_fwd campaign over the H200s of DEVICES (one share of the buckets each; wheels
+# in .whl/, see scripts/device_env.sh; keep .tune/ between runs to resume), `opgen build` to
 # freeze it, then the benchmarks named by OPS (scripts/h200_bench_all.sh; "gla mamba3" by default,
 # "none" for none). Usage: [DEVICES=cuda:0] bash ... OUT_DIR [SECONDS] [OPS] (DEVICES as in
 # h200_tune_gla.sh; TRIALS and STUDY_SECONDS per study, 6 and 40 by default; POINT_TIMEOUT, 20 s

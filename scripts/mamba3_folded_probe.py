@@ -1,7 +1,7 @@
 """Time the rank-folded mamba3_mimo_bwd_fwd variants (fold, split) over a small grid of tunables
 on the official shapes of one case set, on a CUDA GPU, beside the frozen table's choice.
 
-    python3 scripts/mamba3_folded_probe.py CASES OUT.jsonl [VARIANTS]
+    python3 scripts/mamba3_folded_probe.py CASES RESULTS.jsonl [VARIANTS]
 
 Every configuration is compiled first in parallel processes (Triton caches to disk, and the
 compiled kernel does not depend on S), then timed serially in this process with

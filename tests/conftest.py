@@ -1,4 +1,4 @@
-"""Test session set-up: the Triton interpreter for every kernel launch, with bf16 by value.
+"""pytest set-up: the Triton interpreter for every kernel launch, with bf16 by value.
 
 TRITON_INTERPRET must be set before any kernel module is imported (``triton.jit`` reads it at
 decoration time); ``opgen.frontend`` must be imported before the first interpreted launch so it

@@ -395,7 +395,7 @@ def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, ha
 
 def test_earlier_winners_are_the_newest_distinct_three_keyed_by_their_case(gla):
     """Seeds of a bucket's studies: newest first, no repeats, at most three; the key comes from the
-    case under today's edges, not from the key stored when it was tuned."""
+    case under the current edges, not from the key stored when it was tuned."""
     from opgen.campaign import earlier_winners
 
     points = [{**POINT, "BV": bv} for bv in (32, 64, 128, 64, 32)]
@@ -466,7 +466,7 @@ def test_flush_is_kept_and_lines_from_before_it_read_as_a_writing_flush(tmp_path
     rec = _winner(gla)
     assert rec.flush == "read" and json.loads(rec.line())["flush"] == "read"
     old = json.loads(rec.line())
-    del old["flush"]  # a line written before the field existed (sessions 1-6: the flush wrote)
+    del old["flush"]  # a line written before the field existed (before ac019e9)
     assert records.WinnerRecord.from_json(old).flush == "write"
     with pytest.raises(RecordError, match=r"flush: expected one of \['read', 'write'\]"):
         records.WinnerRecord.from_json({**old, "flush": "none"})

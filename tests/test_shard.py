@@ -116,7 +116,7 @@ def test_bench_merge_joins_shards_run_apart_and_refuses_gaps_and_repeats(tmp_pat
     ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
     split = shard.assign([1.0] * len(ids), 2)
     files = []
-    for k in range(2):  # what `--shard K/2 --json F` writes, one device call each
+    for k in range(2):  # what `--shard K/2 --json F` writes, one run each
         mine = [c for c, s in zip(ids, split) if s == k]
         files.append(tmp_path / f"s{k}.json")
         files[-1].write_text(_shard_json([CaseResult(c, 1.0, 2.0 + k, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__
@@ -176,6 +176,6 @@ def test_bench_table_reports_the_writing_flush_beside_the_reading_one():
     read_only = CaseResult("B1-b", 1.0, 1.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0)
     lines = table([both, read_only], "fla").splitlines()
     assert lines[-2].startswith("geomean speedup 1.414x")
-    assert lines[-1] == ("after a flush that writes (the protocol until session 7), 1 cases: geomean speedup "
+    assert lines[-1] == ("write-flush timing (the flush zero-fills, as before 371d19c), 1 cases: geomean speedup "
                          "1.600x, fraction of the memory floor ours 0.400, fla 0.250")
     assert table([read_only], "fla").splitlines()[-1].startswith("geomean speedup 1.000x")

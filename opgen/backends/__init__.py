@@ -47,11 +47,13 @@ class EventBackend:
     larger than any last-level cache of the chips profiled (Hopper 60 MB, Atlas A2 192 MB).
 
     The flush reads, it does not write: a write pass leaves the cache full of dirty lines whose
-    write-back the timed call then pays (on the H200 a copy of a bench case's bytes ran at 0.91 of
-    the memory floor after a zero-fill, 0.97 after a read, geomean; ``scripts/copy_floor.py``). Until
-    session 7 the flush and the hold wrote; ``dirty=True`` still does. ``hold`` passes over the
-    buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on slower memory, longer than a
-    Python call of a generated op or of FLA's wrapper takes to launch its kernel.
+    write-back the timed call then pays (on an H200 a copy of a bench case's bytes ran at 0.91 of
+    the memory floor after a zero-fill, 0.97 after a read, geomean of 10 cases;
+    ``scripts/copy_floor.py``, ``benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt``).
+    Before commit 371d19c the flush and the hold wrote (write-flush timing); ``dirty=True`` still
+    does. ``hold`` passes over the buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on
+    slower memory, longer than a Python call of a generated op or of FLA's wrapper takes to launch
+    its kernel.
 
     Subclasses name ``name`` and return their torch device module (``torch.cuda``, ``torch.npu``).
     """

@@ -1,7 +1,7 @@
 """Ascend NPUs through torch_npu and triton-ascend: NPU-event timing, L2 flush.
 
 Written against torch_npu's documented API (``torch.npu.Event``, ``torch.npu.synchronize``);
-never run on an NPU by this project so far (no NPU is reachable from its machines).
+not yet run on an NPU: its tests run on CPU only.
 """
 from __future__ import annotations
 
