@@ -188,10 +188,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
     generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(op=spec.op, generated=generated, toolchain=toolchain,
-                                                   results=[dataclasses.asdict(r) for r in results])))
+        _write_json(Path(args.json), spec.op, generated, toolchain, results)
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
+
+
+def _write_json(path: Path, op: str, generated: str, toolchain: dict[str, str], results: list) -> None:
+    """A bench shard's results as ``--merge`` reads them (every CaseResult field, agreement too)."""
+    path.write_text(json.dumps(dict(op=op, generated=generated, toolchain=toolchain,
+                                    results=[dataclasses.asdict(r) for r in results])))
 
 
 def _print_table(results: list, args: argparse.Namespace, provenance: str) -> None:
@@ -217,12 +222,14 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
 
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / f"shard{i}.json" for i in range(len(devices))]
-        argv = _without(_without(args.argv, "--devices"), "--output")
+        argv = _without(_without(_without(args.argv, "--devices"), "--output"), "--json")
         codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
         if any(codes):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
         generated = compare.generated_hash(_root(args), args.op)
         results, toolchain = _merged(rows, files, generated)
+    if args.json:  # the merged results, as one shard would have written them
+        _write_json(Path(args.json), args.op, generated, toolchain, results)
     _print_table(results, args, _provenance(args.op, generated, toolchain))
     return 0
 
@@ -338,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--output", help="also write the table to this file")
     bench_p.add_argument("--shard", help="K/N: run only the K-th of N shares of the cases")
     bench_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
-    bench_p.add_argument("--json", help="also write the results as JSON (used by --devices)")
+    bench_p.add_argument("--json", help="also write the results as JSON (what --merge reads; with --devices, the merged results)")
     bench_p.add_argument("--merge", nargs="+", metavar="JSON",
                          help="run nothing: print one table from the --json files of shards run apart")
     bench_p.set_defaults(func=_cmd_bench)

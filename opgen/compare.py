@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +41,9 @@ class CaseResult:
     # shards measured before 371d19c.
     ours_dirty_ms: float = math.nan
     base_dirty_ms: float = math.nan
+    # Output name -> rel. L2 of our output against the baseline's, for ops with several outputs
+    # (empty for one output, and in shards measured before the field).
+    agree: dict[str, float] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -83,6 +86,7 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
         backend.synchronize()
         firsts.append(time.perf_counter() - start)
     errors = [rel_l2(_first(o), _first(case["golden"])) for o in outs]
+    agree = agreement(list(spec.signature.outputs), outs[0], outs[1])
     fns = {"ours": lambda: op(**args), "base": lambda: base(**args)}
     times = bench.side_by_side(backend, fns, rounds=rounds, protocol=protocol)
     dirty = bench.side_by_side(backend, fns, rounds=rounds, protocol=dataclasses.replace(protocol, dirty=True))
@@ -92,7 +96,37 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     if backend.name == "cuda":
         torch.cuda.empty_cache()
     return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
-                      firsts[0], firsts[1], hosts[0], hosts[1], dirty["ours"], dirty["base"])
+                      firsts[0], firsts[1], hosts[0], hosts[1], dirty["ours"], dirty["base"], agree)
+
+
+def agreement(names: list[str], ours: Any, base: Any) -> dict[str, float]:
+    """Output name -> rel. L2 of our output against the baseline's, over the outputs both return;
+    empty for an op with one output (its error column says it all)."""
+    if len(names) < 2:
+        return {}
+    mine, theirs = _by_name(names, ours), _by_name(names, base)
+    return {name: rel_l2(mine[name], theirs[name]) for name in names
+            if mine.get(name) is not None and theirs.get(name) is not None}
+
+
+def _by_name(names: list[str], out: Any) -> dict[str, Any]:
+    """An op's outputs by name: a dict as is, a tuple or list in the spec's output order."""
+    if isinstance(out, dict):
+        return dict(out)
+    return dict(zip(names, out if isinstance(out, (tuple, list)) else (out,)))
+
+
+def worst_agreement(agree: dict[str, float]) -> str:
+    """The agreement column: the output that agrees least and its rel. L2 (``-`` when none)."""
+    if not agree:
+        return "-"
+    name = max(agree, key=lambda n: _badness(agree[n]))
+    return f"{name} {agree[name]:.2e}"
+
+
+def _badness(value: float) -> tuple[bool, float]:
+    """Order of disagreement: NaN worst, then larger rel. L2."""
+    return (math.isnan(value), 0.0 if math.isnan(value) else value)
 
 
 def _first(out: Any) -> Any:
@@ -140,15 +174,20 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
 
 
 def table(results: list[CaseResult], baseline: str) -> str:
-    """The printed comparison with its summary lines."""
+    """The printed comparison with its summary lines; a last column ``agree`` (the output that
+    agrees least with the baseline's, and its rel. L2) and a line of each output's worst
+    agreement when some case has several outputs."""
+    agreeing = any(r.agree for r in results)
     lines = [f"{'case':<34} {'ours ms':>9} {baseline + ' ms':>9} {'speedup':>8} {'floor ours':>10} "
              f"{'floor ' + baseline:>10} {'err ours':>9} {'err ' + baseline:>9} {'host ours us':>12} "
-             f"{'host ' + baseline + ' us':>11} {'1st ours s':>10} {'1st ' + baseline + ' s':>10}"]
+             f"{'host ' + baseline + ' us':>11} {'1st ours s':>10} {'1st ' + baseline + ' s':>10}"
+             + (f" {'agree':>{_AGREE_WIDTH}}" if agreeing else "")]
     for r in results:
         lines.append(f"{r.case:<34} {r.ours_ms:>9.4f} {r.base_ms:>9.4f} {r.speedup:>7.3f}x "
                      f"{r.floor_ms / r.ours_ms:>10.3f} {r.floor_ms / r.base_ms:>10.3f} {r.ours_err:>9.2e} "
                      f"{r.base_err:>9.2e} {r.ours_host_us:>12.1f} {r.base_host_us:>11.1f} "
-                     f"{r.ours_first_s:>10.2f} {r.base_first_s:>10.2f}")
+                     f"{r.ours_first_s:>10.2f} {r.base_first_s:>10.2f}"
+                     + (f" {worst_agreement(r.agree):>{_AGREE_WIDTH}}" if agreeing else ""))
     if results:
         geo = bench.geomean([r.speedup for r in results])
         floor = bench.geomean([r.floor_ms / r.ours_ms for r in results])
@@ -163,7 +202,24 @@ def table(results: list[CaseResult], baseline: str) -> str:
                          f"geomean speedup {bench.geomean([r.base_dirty_ms / r.ours_dirty_ms for r in dirty]):.3f}x, "
                          f"fraction of the memory floor ours {bench.geomean([r.floor_ms / r.ours_dirty_ms for r in dirty]):.3f}, "
                          f"{baseline} {bench.geomean([r.floor_ms / r.base_dirty_ms for r in dirty]):.3f}")
+        if agreeing:
+            lines.append(agreement_summary(results, baseline))
     return "\n".join(lines)
+
+
+_AGREE_WIDTH = 16  # "dmimo_o 4.12e-03"
+
+
+def agreement_summary(results: list[CaseResult], baseline: str) -> str:
+    """One line: per output, the largest rel. L2 against the baseline over the cases, and where."""
+    worst: dict[str, tuple[float, str]] = {}
+    for r in results:
+        for name, value in r.agree.items():
+            if name not in worst or _badness(value) > _badness(worst[name][0]):
+                worst[name] = (value, r.case)
+    parts = [f"{name} {value:.2e} ({case})" for name, (value, case) in worst.items()]
+    return (f"agreement with {baseline} (rel. L2 of ours against it), worst case per output: "
+            + ", ".join(parts))
 
 
 def generated_hash(root: Path, op: str) -> str:

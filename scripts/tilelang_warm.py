@@ -1,0 +1,87 @@
+"""Compile upstream's TileLang kernel mamba_mimo_bwd_fwd for every configuration of some case sets,
+one process per configuration in parallel, into TileLang's disk cache, so that a later
+`opgen bench mamba3_mimo_bwd_fwd --baseline tilelang` finds each kernel compiled.
+
+    export TILELANG_CACHE_DIR=/tmp/tilelang-cache      # the same directory for the bench
+    source .tilelang/activate.sh
+    python3 scripts/tilelang_warm.py --cases official official_z [--workers 11]
+
+TileLang (0.1.8, tilelang/cache/kernel_cache.py) keys a kernel on disk by a hash of its TIR, the
+target, the pass configs, tilelang's version and libtilelang.so's size and mtime, under
+TILELANG_CACHE_DIR (default ~/.tilelang/cache), which it reads when tilelang is imported; its
+writes are atomic renames, so processes may share it. B, S, H and G are dynamic in the baseline's
+kernel, so one configuration (N, P, R, Z, D, chunk size, rotary divisor, dtype) serves every shape.
+Prints the seconds each configuration took: its JIT compilation on a cold cache, a load on a warm one.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def configs(root: Path, op: str, case_sets: list[str]) -> list:
+    """The distinct kernel configurations of the case sets, in case order."""
+    from opgen.baselines.mamba3_mimo_bwd_fwd import kernel_config
+    from opgen.space import case_inputs
+    from opgen.spec import load_spec
+
+    spec = load_spec(root / "specs" / f"{op}.yaml", root)
+    found: dict = {}
+    for name in case_sets:
+        for row in spec.expand_cases(name):
+            x = case_inputs(spec, row)  # dims, scalars (spec defaults filled), <t>_given, <t>_dtype
+            config = kernel_config(x["N"], x["P"], x["R"], x["S"], x["mimo_z_given"] and x["z_given"],
+                                   x["d_given"], x["chunk_size"], x["rotary_dim_divisor"], x["q_dtype"])
+            found.setdefault(config, None)
+    return list(found)
+
+
+def _compile(config) -> float:
+    from opgen.baselines.mamba3_mimo_bwd_fwd import compiled
+
+    start = time.perf_counter()
+    compiled(config)
+    return time.perf_counter() - start
+
+
+def _label(c) -> str:
+    return (f"N{c.N} P{c.P} R{c.R} C{c.chunk_size} Z{int(c.has_z)} D{int(c.has_d)} "
+            f"div{c.rotary_dim_divisor} {c.dtype}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--op", default="mamba3_mimo_bwd_fwd")
+    parser.add_argument("--cases", nargs="+", default=["official"], help="case sets of the spec")
+    parser.add_argument("--workers", type=int, default=0, help="processes (default: one per configuration, at most the cores)")
+    args = parser.parse_args(argv)
+    if not os.environ.get("TILELANG_CACHE_DIR"):
+        print("set TILELANG_CACHE_DIR (e.g. /tmp/tilelang-cache) here and for the bench that reads the cache",
+              file=sys.stderr)
+        return 2
+    todo = configs(ROOT, args.op, args.cases)
+    workers = args.workers or min(len(todo), os.cpu_count() or 1)
+    print(f"{len(todo)} configurations, {workers} processes, cache {os.environ['TILELANG_CACHE_DIR']}", flush=True)
+    failed = 0
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_compile, c): c for c in todo}
+        for future in as_completed(futures):
+            try:
+                print(f"{_label(futures[future])}: {future.result():.1f} s", flush=True)
+            except Exception as e:  # report every configuration, then fail
+                failed += 1
+                print(f"{_label(futures[future])}: FAILED {type(e).__name__}: {e}", flush=True)
+    print(f"{len(todo) - failed}/{len(todo)} compiled in {time.perf_counter() - start:.1f} s wall", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

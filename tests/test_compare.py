@@ -1,0 +1,141 @@
+"""``opgen bench``'s agreement with the baseline: per output rel. L2, the table's ``agree`` column
+and summary line, and its JSON round trip through shards (older shards read as no agreement)."""
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from opgen import cli
+from opgen.compare import CaseResult, agreement, case_id, generated_hash, table, worst_agreement
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["states", "qk_dot", "dmimo_o", "dmimo_z", "dz"]
+
+
+def _result(case, agree=None, speedup=2.0):
+    return CaseResult(case, 1.0, speedup, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0, 1.0, 2.0,
+                      **({} if agree is None else {"agree": agree}))
+
+
+def test_agreement_is_rel_l2_of_ours_against_the_baseline_per_output_both_return():
+    base = (torch.ones(4), torch.ones(2, 2), torch.full((3,), 2.0), None, None)
+    ours = (torch.ones(4), torch.ones(2, 2) * 1.5, torch.full((3,), 2.0), torch.ones(3), None)
+    agree = agreement(NAMES, ours, base)
+    assert list(agree) == ["states", "qk_dot", "dmimo_o"]  # dmimo_z: the baseline gave none
+    assert agree["states"] == 0.0 and math.isclose(agree["qk_dot"], 0.5) and agree["dmimo_o"] == 0.0
+    assert agreement(["o"], torch.ones(2), torch.zeros(2)) == {}  # one output: the error column says it
+    assert agreement(NAMES[:2], {"states": torch.ones(1), "qk_dot": torch.ones(1)},
+                     (torch.ones(1), torch.zeros(1))) == {"states": 0.0, "qk_dot": math.inf}
+
+
+def test_the_agree_column_names_the_output_that_agrees_least():
+    assert worst_agreement({"states": 3.1e-3, "dmimo_o": 4.123e-3, "qk_dot": 1e-3}) == "dmimo_o 4.12e-03"
+    assert worst_agreement({"states": 1.0, "dz": math.nan}) == "dz nan"
+    assert worst_agreement({}) == "-"
+
+
+def test_table_adds_the_column_and_a_summary_line_only_for_several_outputs():
+    plain = table([_result("B1-a"), _result("B1-b")], "fla").splitlines()
+    assert "agree" not in plain[0] and not plain[-1].startswith("agreement")
+    assert len(plain[0].split()) == len(table([_result("B1-a")], "fla").splitlines()[0].split())
+    rows = [_result("B1-a", {"states": 3e-3, "qk_dot": 5e-3, "dmimo_o": 1e-3}),
+            _result("B1-b", {"states": 4e-3, "qk_dot": 2e-3, "dmimo_o": math.nan}),
+            _result("B1-c")]  # an older shard's case: no agreement recorded
+    lines = table(rows, "tilelang").splitlines()
+    plain = table([_result("B1-a"), _result("B1-b")], "tilelang").splitlines()
+    assert lines[0] == plain[0] + f" {'agree':>16}"
+    assert lines[1].endswith(" qk_dot 5.00e-03") and lines[2].endswith(" dmimo_o nan")
+    assert lines[3].endswith(f" {'-':>16}")
+    assert lines[1][:len(plain[1])] == plain[1]  # the other columns unchanged
+    assert lines[4].startswith("geomean speedup 2.000x")
+    assert lines[-1] == ("agreement with tilelang (rel. L2 of ours against it), worst case per output: "
+                         "states 4.00e-03 (B1-b), qk_dot 5.00e-03 (B1-a), dmimo_o nan (B1-b)")
+
+
+def test_case_results_round_trip_through_json_and_old_shards_read_as_no_agreement():
+    r = _result("B1-a", {"states": 3e-3, "dz": math.inf})
+    back = CaseResult(**json.loads(json.dumps(dataclasses.asdict(r))))
+    assert back == r and back.agree == {"states": 3e-3, "dz": math.inf}
+    old = dataclasses.asdict(_result("B1-b"))
+    del old["agree"]
+    assert CaseResult(**json.loads(json.dumps(old))).agree == {}
+
+
+def test_merged_shards_carry_the_agreement_into_the_table(tmp_path, capsys):
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    ids = [case_id(row) for row in spec.expand_cases("official_z")]
+    agree = {name: 1e-3 * (i + 1) for i, name in enumerate(NAMES)}
+    shards = [[dataclasses.asdict(_result(c, agree)) for c in ids[:6]],
+              [{k: v for k, v in dataclasses.asdict(_result(c)).items() if k != "agree"} for c in ids[6:]]]
+    files = []
+    for k, results in enumerate(shards):
+        files.append(tmp_path / f"s{k}.json")
+        files[-1].write_text(json.dumps(dict(op=spec.op, generated=generated_hash(ROOT, spec.op),
+                                             toolchain={"device": "NVIDIA H200"}, results=results)))
+    assert cli.main(["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official_z",
+                     "--merge", *map(str, files)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[-1] == "agree"
+    assert [line.split()[0] for line in lines[1:12]] == ids
+    assert all(line.endswith("dz 5.00e-03") for line in lines[1:7])
+    assert all(line.endswith(" -") for line in lines[7:12])
+    assert lines[-1].startswith("agreement with tilelang") and f"dz 5.00e-03 ({ids[0]})" in lines[-1]
+
+
+def test_bench_on_devices_writes_the_merged_json_with_the_agreement(tmp_path, monkeypatch, capsys):
+    from opgen import shard
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    ids = [case_id(row) for row in spec.expand_cases("official")]
+    calls = []
+
+    def fake_run_shards(argv, devices, extra):  # what each shard would write with --json
+        calls.append(argv)
+        for i, (_, path) in enumerate(extra):
+            mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
+            results = [dataclasses.asdict(_result(c, {"states": 1e-3 * (i + 1)})) for c in mine]
+            Path(path).write_text(json.dumps(dict(op=spec.op, generated=generated_hash(ROOT, spec.op),
+                                                  toolchain={"device": "NVIDIA H200"}, results=results)))
+        return [0] * len(devices)
+
+    monkeypatch.setattr(shard, "run_shards", fake_run_shards)
+    merged = tmp_path / "merged.json"
+    assert cli.main(["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official",
+                     "--devices", "cuda:0,cuda:1", "--json", str(merged)]) == 0
+    assert "--json" not in calls[0]  # each shard gets its own file
+    written = json.loads(merged.read_text())
+    assert [r["case"] for r in written["results"]] == ids
+    assert {r["agree"]["states"] for r in written["results"]} == {1e-3, 2e-3}
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("agreement with tilelang")
+
+
+def test_run_case_measures_each_outputs_agreement_with_the_baseline(monkeypatch):
+    """run_case on the CPU with stand-ins: 'ours' is the fp32 reference, the baseline the same with
+    dmimo_o scaled by 1.01, so every output agrees exactly but dmimo_o (rel. L2 0.01 / 1.01)."""
+    import types
+
+    from opgen import bench, compare
+    from opgen.backends.interpreter import InterpreterBackend
+    from opgen.references.mamba3_mimo_bwd_fwd import reference_fp32
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+
+    def ours(output_dtype, **args):
+        return tuple(reference_fp32(**args).values())
+
+    def base(**args):
+        states, qk_dot, dmimo_o, dmimo_z, dz = ours(**args)
+        return states, qk_dot, dmimo_o * 1.01, dmimo_z, dz
+
+    monkeypatch.setitem(sys.modules, f"generated.{spec.op}", types.SimpleNamespace(**{spec.op: ours}))
+    row = dict(B=1, S=16, H=2, G=1, N=4, P=4, R=2, chunk_size=8, d_given=True, mimo_z_given=True,
+               z_given=True, dtype="bfloat16")
+    r = compare.run_case(spec, row, InterpreterBackend(), base, math.nan, 0, 1, bench.Protocol(warmup=1, repeat=1))
+    assert list(r.agree) == ["states", "qk_dot", "dmimo_o", "dmimo_z", "dz"]
+    assert math.isclose(r.agree["dmimo_o"], 0.01 / 1.01, rel_tol=1e-4)
+    assert all(v == 0.0 for name, v in r.agree.items() if name != "dmimo_o")
+    assert worst_agreement(r.agree) == f"dmimo_o {0.01 / 1.01:.2e}"
