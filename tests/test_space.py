@@ -224,3 +224,10 @@ def test_a_case_dtype_no_tensor_allows_is_an_error_not_the_first_dtype(gla):
     assert space.case_inputs(gla, row)["q_dtype"] == "float16"
     with pytest.raises(SpecError, match=r"cases: expected a dtype some tensor allows \(bfloat16, float16, float32\)"):
         space.case_inputs(gla, {**row, "dtype": "int8"})
+
+
+def test_an_axis_option_may_name_its_own_template():
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    templates = {v.name: v.template for v in space.all_variants(spec)}
+    assert templates["fold_static_separate"] == templates["split_static_separate"] == "folded.py.j2"
+    assert {t for n, t in templates.items() if not n.startswith(("fold_", "split_"))} == {"bwd_fwd.py.j2"}
