@@ -159,23 +159,26 @@ def test_bfloat16_outputs():
 
 
 # fold and split on tiles where every product is a tl.dot (L = C * R, N and BLOCK_P >= 16): GQA,
-# a tail, R in 1, 2, 4, 8, Z and D on and off, a BLOCK_P below P
-FOLDED_CASES = [  # (B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, BLOCK_P)
-    (1, 40, 2, 1, 16, 32, 4, 8, "bfloat16", True, True, 4, 16),
-    (2, 50, 4, 2, 32, 16, 2, 16, "float16", True, False, 2, 16),
-    (1, 64, 2, 1, 16, 32, 1, 16, "float32", False, True, 4, 32),
-    (1, 32, 2, 2, 32, 32, 8, 4, "bfloat16", True, True, 4, 32),
+# a tail, R in 1, 2, 4, 8, Z and D on and off, a BLOCK_P below P; split's N blocks (fold ignores
+# BLOCK_N): two rotated blocks (N32, divisor 2), and a rotated block then one that passes through
+# (N32, divisor 4)
+FOLDED_CASES = [  # (B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, BLOCK_P, BLOCK_N)
+    (1, 40, 2, 1, 16, 32, 4, 8, "bfloat16", True, True, 4, 16, 16),
+    (2, 50, 4, 2, 32, 16, 2, 16, "float16", True, False, 2, 16, 16),
+    (1, 64, 2, 1, 16, 32, 1, 16, "float32", False, True, 4, 32, 16),
+    (1, 32, 2, 2, 32, 32, 8, 4, "bfloat16", True, True, 4, 32, 16),
 ]
 
 
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate"])
-@pytest.mark.parametrize("case", FOLDED_CASES, ids=[f"R{c[6]}_C{c[7]}_N{c[4]}_P{c[5]}" for c in FOLDED_CASES])
+@pytest.mark.parametrize("case", FOLDED_CASES,
+                         ids=[f"R{c[6]}_C{c[7]}_N{c[4]}_P{c[5]}_BN{c[13]}" for c in FOLDED_CASES])
 def test_folded_variants_on_dot_sized_tiles(variant, case):
-    B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, block_p = case
+    B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, block_p, block_n = case
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
                     has_z=has_z, has_d=has_d, seed=S + N + R)
-    _check(_launch(module, x, point={"BLOCK_P": block_p}), x)
+    _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n}), x)
 
 
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate"])
