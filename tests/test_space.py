@@ -200,7 +200,7 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     assert {(p.config["BLOCK_P"], p.config["multibuffer"]) for p in points} == {(8, True), (8, False), (16, False), (32, False)}
     for point in points:
         kind, parts = space.budget_parts(spec, variant, point.config, params, profile("ascend910b3"))
-        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "folded", "scan"}
+        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "folded", "split_state", "split_chunk", "scan"}
         assert parts["aux"] == parts["post"] == parts["folded"] == 0
         assert space.budget_bytes(spec, variant, point.config, params, profile("ascend910b3")) == (kind, max(parts.values()))
     # the aux path's own kernel counts; the pre-processing kernel alone is over at C=64, N=256
@@ -208,10 +208,18 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     _, cut = space.points(spec, space.find_variant(spec, "aux_static_fused"), profile("ascend910b3"), wide)
     assert cut.feasible == 0 and all("pre" in reason for reason, _ in cut.reasons)
     assert any("aux" in reason for reason, _ in cut.reasons)
-    # fold and split hold a whole [L, N] chunk: at N = 256 nothing fits the UB, at N = 32 it does
+    # fold holds a whole [L, N] chunk and split [L, L] scores: at L = 256, N = 256 nothing fits the
+    # UB; at N = 32 both do
+    _, cut = space.points(spec, space.find_variant(spec, "fold_static_separate"), profile("ascend910b3"), wide)
+    assert cut.feasible == 0 and dict(cut.reasons)["ub_bytes(folded) > 196608"] == cut.over_budget > 0
+    _, cut = space.points(spec, space.find_variant(spec, "split_static_separate"), profile("ascend910b3"), wide)
+    assert cut.feasible == 0 and cut.over_budget > 0
+    assert all("split_chunk" in reason for reason, _ in cut.reasons if reason.startswith("ub_bytes"))
+    # split's N blocks fit N = 256 at L = 16 where fold's whole-N chunk does not, BLOCK_N = N aside
+    n256 = _params(spec, B=1, S=256, H=2, G=1, N=256, P=64, R=2, chunk_size=8, dtype="bfloat16")
+    kept, _ = space.points(spec, space.find_variant(spec, "split_static_separate"), profile("ascend910b3"), n256)
+    assert {p.config["BLOCK_N"] for p in kept} == {16, 32, 64, 128}
     for name in ("fold_static_separate", "split_static_separate"):
-        _, cut = space.points(spec, space.find_variant(spec, name), profile("ascend910b3"), wide)
-        assert cut.feasible == 0 and dict(cut.reasons)["ub_bytes(folded) > 196608"] == cut.over_budget > 0
         small = _params(spec, B=1, S=256, H=2, G=1, N=32, P=64, R=2, chunk_size=8, dtype="bfloat16")
         kept, _ = space.points(spec, space.find_variant(spec, name), profile("ascend910b3"), small)
         assert kept and all(p.config["BLOCK_P"] >= 16 for p in kept)
