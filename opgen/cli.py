@@ -44,10 +44,10 @@ def _without(argv: list[str], option: str) -> list[str]:
 
 def _check_devices(args: argparse.Namespace) -> list[str]:
     """The ``--devices`` list, refused together with ``--device`` or ``--shard``."""
-    from .errors import UnsupportedInput
+    from .errors import UsageError
 
     if args.device or args.shard:
-        raise UnsupportedInput("--devices runs one shard per device: leave out --device and --shard")
+        raise UsageError("--devices runs one shard per device: leave out --device and --shard")
     return [d.strip() for d in args.devices.split(",") if d.strip()]
 
 
@@ -149,7 +149,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import Protocol
     from .errors import SpecError
     from .shard import assign, parse_shard
-    from .spec import load_spec
+    from .spec import forced_axes, load_spec
 
     root = _root(args)
     sys.path.insert(0, str(root))
@@ -169,11 +169,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         rows = [r for r, s in zip(rows, assign([1.0] * len(rows), n)) if s == k]
     backend = get_backend(args.backend, args.device)
     target = spec.baselines[args.baseline]
-    if target.startswith("variant:"):  # the op itself with some axes forced, e.g. variant:ALGO=stage0
+    forced = forced_axes(target)
+    if forced is not None:  # the op itself with some axes forced, e.g. variant:ALGO=stage0
         from .hardware import chip_for_device_name
 
         chip = chip_for_device_name(backend.toolchain()["device"], args.backend)
-        forced = dict(item.split("=") for item in target.removeprefix("variant:").split(","))
         base = compare.variant_baseline(spec, chip, forced)
     else:
         from .worker import resolve

@@ -6,6 +6,7 @@ The output is a pure function of the specs, the templates and the tuning records
 """
 from __future__ import annotations
 
+import inspect
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 from . import records as records_mod
 from .errors import BuildError, SpecError
 from .expr import Expr, python_helpers
-from .hardware import PROFILES, ChipProfile
+from .keys import bucket_index
+from .hardware import PROFILES, ChipProfile, rendering_of
 from .render import content_hash, environment, file_hash, header, render
 from .space import budget_formula, variants_for
 from .table import frozen_rows
@@ -125,7 +127,7 @@ def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[st
     axes = spec.variants.axes
     out = []
     for backend, defaults in spec.dispatch.defaults.items():
-        rendering = "cuda" if backend == "cuda" else "npu"
+        rendering = rendering_of(backend)
         tunable_names = spec.tunables_for(backend)
         fixed = [(axis, opt, [(n, e.to_python()) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
@@ -172,7 +174,7 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     for name, field in spec.dispatch.key.items():
         expr, buckets = (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
         source = expr.to_python()
-        key.append((name, source if buckets is None else f"_bucket({source}, {buckets!r})"))
+        key.append((name, source if buckets is None else f"bucket_index({source}, {buckets!r})"))
     doc_lines = spec.doc.strip().splitlines()
     variants = sorted({(v.name, tuple(o for _, o in v.options)) for r in ("cuda", "npu")
                        for v in variants_for(spec, r)})
@@ -181,7 +183,8 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
                 variants=variants, defaults=defaults, budgets=budgets, legality=legality,
                 legal_names=legal_names, key=key, param_names=list(spec.param_names()),
-                launch_args=list(spec.api.launch_args), helpers=python_helpers(calls).rstrip("\n"),
+                launch_args=list(spec.api.launch_args),
+                helpers="\n\n".join(filter(None, [python_helpers(calls), inspect.getsource(bucket_index)])).rstrip("\n"),
                 chips=[(p.backend, p.device_names, p.name) for p in PROFILES.values()
                        if p.backend in ("cuda", "npu")],
                 **_signature_context(spec))

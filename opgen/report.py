@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import ChipProfile
-from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, sort_key
+from .keys import sort_key
+from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners
 from .spec import OpSpec
 from .table import checked_frozen_winner, cross_checked, read_keyed, split_winners
 

@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Sequence
 
-from .errors import UnsupportedInput
+from .errors import UsageError
 
 __all__ = ["parse_shard", "assign", "pin", "run_shards"]
 
@@ -25,14 +25,14 @@ def parse_shard(text: str) -> tuple[int, int]:
     """``"K/N"`` -> (K, N) with 0 <= K < N.
 
     Raises:
-        UnsupportedInput: for anything else.
+        UsageError: for anything else.
     """
     parts = text.split("/")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise UnsupportedInput(f"--shard must be K/N with whole numbers, got {text!r}")
+        raise UsageError(f"--shard must be K/N with whole numbers, got {text!r}")
     k, n = int(parts[0]), int(parts[1])
     if n < 1 or not 0 <= k < n:
-        raise UnsupportedInput(f"--shard K/N needs 0 <= K < N, got {text!r}")
+        raise UsageError(f"--shard K/N needs 0 <= K < N, got {text!r}")
     return k, n
 
 
@@ -53,11 +53,11 @@ def pin(device: str) -> tuple[dict[str, str], str]:
     ``cuda:3`` -> ({"CUDA_VISIBLE_DEVICES": "3"}, "cuda:0"); likewise ``npu:N``.
 
     Raises:
-        UnsupportedInput: for a device that is not ``cuda:N`` or ``npu:N``.
+        UsageError: for a device that is not ``cuda:N`` or ``npu:N``.
     """
     kind, _, index = device.partition(":")
     if kind not in _VISIBLE or not index.isdigit():
-        raise UnsupportedInput(f"--devices takes cuda:N or npu:N entries, got {device!r}")
+        raise UsageError(f"--devices takes cuda:N or npu:N entries, got {device!r}")
     return {_VISIBLE[kind]: index}, f"{kind}:0"
 
 
@@ -67,7 +67,7 @@ def run_shards(argv: Sequence[str], devices: Sequence[str], extra: Sequence[Sequ
     Output lines are prefixed with ``[device]``; returns the exit codes in device order.
     """
     if len(set(devices)) != len(devices):
-        raise UnsupportedInput(f"--devices lists a device twice: {','.join(devices)}")
+        raise UsageError(f"--devices lists a device twice: {','.join(devices)}")
     procs = []
     for i, device in enumerate(devices):
         env, local = pin(device)

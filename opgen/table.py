@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import (CheckRecord, Key, Record, RecordFile, TrialRecord, WinnerRecord, key_of, read,
-                      sort_key, split_key_field)
+from .keys import Key, key_of, sort_key, split_key_field
+from .records import CheckRecord, Record, RecordFile, TrialRecord, WinnerRecord, read
 from .space import budget_bytes, case_inputs, find_variant, is_legal
 from .spec import OpSpec
 

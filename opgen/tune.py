@@ -25,9 +25,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from . import bench
 from .bench import geomean
-from .errors import UnsupportedInput
+from .errors import UsageError
 from .hardware import ChipProfile
-from .records import key_of, sort_key
+from .keys import key_of, sort_key
 from .space import (Point, SpaceCount, Variant, case_inputs, default_point, evaluate_params,
                     forced_point, is_legal, points, variants_for)
 from .spec import OpSpec
@@ -135,12 +135,12 @@ def plan(spec: OpSpec, profile: ChipProfile, rows: Iterable[dict[str, Any]],
     A point is feasible only if it fits the budget for every case of its bucket.
 
     Raises:
-        UnsupportedInput: a name in ``variants`` that is no variant of the chip's rendering.
+        UsageError: a name in ``variants`` that is no variant of the chip's rendering.
     """
     wanted = set(variants) if variants else None
     known = [v.name for v in variants_for(spec, profile.rendering)]
     if wanted is not None and wanted - set(known):
-        raise UnsupportedInput(f"{spec.op} has no variant {', '.join(sorted(wanted - set(known)))} on "
+        raise UsageError(f"{spec.op} has no variant {', '.join(sorted(wanted - set(known)))} on "
                                f"{profile.name} ({profile.rendering} rendering); known: {', '.join(known)}")
     out = []
     for bucket in buckets(spec, rows):
@@ -366,14 +366,13 @@ class Campaign:
     # --- winners ----------------------------------------------------------------------------
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
         """Geomean over the bucket's cases of interleaved re-measures of several points."""
-        per_round = dataclasses.replace(self.settings.protocol, warmup=2,
-                                        repeat=max(3, self.settings.protocol.repeat // self.settings.rounds))
+        one_round = bench.per_round(self.settings.protocol, self.settings.rounds)
         times: dict[Point, list[float]] = {p: [] for p in points_}
         for case in bucket.cases:
             samples: dict[Point, list[float]] = {p: [] for p in points_}
             for _ in range(self.settings.rounds):
                 for p in points_:
-                    r = self.worker.run(self._task(p, case, protocol=per_round), self.settings.point_timeout)
+                    r = self.worker.run(self._task(p, case, protocol=one_round), self.settings.point_timeout)
                     if r.status == "ok":
                         samples[p].append(r.median_ms)
             for p in points_:

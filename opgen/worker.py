@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import bench
-
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget")
+from .errors import WorkerError
+from .records import STATUSES
 
 # Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).
@@ -311,7 +311,8 @@ class Worker:
         if not ready:
             code = self._proc.exitcode
             self.close(kill=True)
-            raise RuntimeError(f"worker process did not start within {_STARTUP_SECONDS} s (exit code {code})")
+            raise WorkerError(f"did not start within {_STARTUP_SECONDS} s (exit code {code}); its imports "
+                              "(torch, triton, the generated package) failed or hung")
 
     def run(self, task: Task, timeout: float) -> Result:
         """Run ``task``; a hang past ``timeout`` seconds or a dead process becomes a status."""

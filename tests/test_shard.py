@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from opgen import cli, shard, tune
-from opgen.errors import UnsupportedInput
+from opgen.errors import UsageError
 from opgen.hardware import profile
 from opgen.spec import load_spec
 
@@ -18,7 +18,7 @@ from test_tune import RECORDS, _project  # noqa: E402
 
 @pytest.mark.parametrize("text", ["1", "2/2", "-1/2", "a/b", "1/0", "0/2/3", ""])
 def test_bad_shards_are_refused(text):
-    with pytest.raises(UnsupportedInput, match="--shard"):
+    with pytest.raises(UsageError, match="--shard"):
         shard.parse_shard(text)
 
 
@@ -36,9 +36,9 @@ def test_pin_shows_one_device_as_device_zero():
     assert shard.pin("cuda:3") == ({"CUDA_VISIBLE_DEVICES": "3"}, "cuda:0")
     assert shard.pin("npu:1") == ({"ASCEND_RT_VISIBLE_DEVICES": "1"}, "npu:0")
     for bad in ("cpu", "cuda", "cuda:x", "tpu:0"):
-        with pytest.raises(UnsupportedInput, match="cuda:N or npu:N"):
+        with pytest.raises(UsageError, match="cuda:N or npu:N"):
             shard.pin(bad)
-    with pytest.raises(UnsupportedInput, match="twice"):
+    with pytest.raises(UsageError, match="twice"):
         shard.run_shards(["build"], ["cuda:0", "cuda:0"])
 
 
