@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .hardware import ChipProfile
+from .kernels import kernel_hashes
 from .records import Record
-from .space import Point, variants_for
+from .space import Point
 from .spec import OpSpec
 from .tune import Campaign, CrossCheck, Settings
 
@@ -50,15 +51,6 @@ def open_storage(where: str):
 
     Path(where).parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(where))
-
-
-def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
-    """Content hashes of the generated kernel modules of one rendering (the records' identity)."""
-    from .records import kernel_hash
-
-    base = root / "generated" / spec.op / "kernels" / rendering
-    return {v.name: kernel_hash((base / f"{v.name}.py").read_text(encoding="utf-8"))
-            for v in variants_for(spec, rendering)}
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
@@ -113,7 +105,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
         programs = torch.cuda.get_device_properties(device).multi_processor_count
     else:
         programs = backend.cores() if name == "npu" else chip.cores
-    hashes = kernel_hashes(root, spec, chip.rendering)
+    hashes = kernel_hashes(root, spec, chip.rendering)  # the caller checked the files are these
     found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
     fresh = split_winners(spec, chip, records_path, found, hashes)[0]

@@ -76,10 +76,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
     from . import campaign as campaign_mod
-    from . import freeze, tune
+    from . import tune
     from .bench import Protocol
     from .errors import UnsupportedInput
     from .hardware import profile
+    from .kernels import stale_kernels
     from .records import record_path
     from .shard import parse_shard, run_shards
     from .spec import load_spec
@@ -106,7 +107,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
         return 0
     # Tables go stale as records arrive (by design); the kernels must be the ones the build renders.
-    stale = [p for p in freeze.stale(root, freeze.build_all(root)) if f"/{spec.op}/kernels/" in p]
+    stale = stale_kernels(root, spec, chip.rendering)
     if stale:
         raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
                                "first, so the tuned kernels are the ones that will be frozen")
@@ -268,8 +269,8 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, 
 
 
 def _cmd_records(args: argparse.Namespace) -> int:
-    from .campaign import kernel_hashes
     from .hardware import profile
+    from .kernels import kernel_hashes
     from .records import record_path
     from .report import report
     from .spec import load_spec
