@@ -238,15 +238,15 @@ class Campaign:
         self.storage, self.sink, self.toolchain = storage, sink, toolchain
         self.settings, self.kernel_hash = settings, kernel_hash
         self.max_rel_l2 = max_rel_l2 or {}
-        self.worker = Worker(root, worker_env)
-        self.pool = [Worker(root, worker_env) for _ in range(settings.compile_workers)]
+        self.worker = Worker(spec, root, worker_env)
+        self.pool = [Worker(spec, root, worker_env) for _ in range(settings.compile_workers)]
         self.progress = progress
         self.deadline = time.monotonic() + settings.campaign_seconds
 
     # --- one point --------------------------------------------------------------------------
     def _task(self, point: Point, case: dict[str, Any], timed: bool = True,
               protocol: bench.Protocol | None = None) -> Task:
-        return Task(root=self.root, op=self.spec.op, rendering=self.profile.rendering,
+        return Task(op=self.spec.op, rendering=self.profile.rendering,
                     variant=point.variant, point=point.values, case=tuple(case.items()),
                     backend=self.backend, device=self.device, programs=self.programs,
                     seed=self.settings.seed, max_rel_l2=self.max_rel_l2.get(str(case.get("dtype"))),
