@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from .errors import OpgenError
+from .shard import FROM_STDIN
 
 
 def _find_root(start: Path) -> Path:
@@ -29,17 +30,9 @@ def _root(args: argparse.Namespace) -> Path:
     return Path(args.root).resolve() if args.root else _find_root(Path.cwd())
 
 
-def _without(argv: list[str], option: str) -> list[str]:
-    """``argv`` less ``option`` and its value (``--opt V`` or ``--opt=V``)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            out.append(arg)
-    return out
+def _options(args: argparse.Namespace, **changes: object) -> dict[str, object]:
+    """The parsed options as a JSON-able value with ``changes``: what a shard process is given."""
+    return {**{k: v for k, v in vars(args).items() if k != "func"}, **changes}
 
 
 def _check_devices(args: argparse.Namespace) -> list[str]:
@@ -76,33 +69,35 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
     from . import campaign as campaign_mod
-    from . import tune
     from .bench import Protocol
+    from .cross_check import cross_report
+    from .dry_run import dry_run_table
+    from .plan import buckets, plan, rival_plans
+    from .settings import Settings
     from .errors import UnsupportedInput
     from .hardware import profile
     from .kernels import stale_kernels
     from .records import record_path
-    from .shard import parse_shard, run_shards
+    from .shard import parse_shard, run_shards, shard_plans
     from .spec import load_spec
 
     root = _root(args)
     spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
     chip = profile(args.chip)
     rows = spec.expand_cases(args.cases)
-    plans = tune.plan(spec, chip, rows, args.variants.split(",") if args.variants else None)
+    variants = args.variants.split(",") if args.variants else None
+    plans = plan(spec, chip, rows, variants)
     if args.shard:
-        plans = tune.shard_plans(plans, *parse_shard(args.shard), cap=args.trials)
+        plans = shard_plans(plans, *parse_shard(args.shard), cap=args.trials)
     if args.dry_run:
-        print(tune.dry_run_table(spec, chip, plans))
+        print(dry_run_table(spec, chip, plans))
         return 0
     if args.devices:  # one shard of the buckets per device, then the cross-check on the first
         devices = _check_devices(args)
-        checks = ("--cross-check", "--cross-check-all")
-        argv = [a for a in _without(args.argv, "--devices") if a not in checks]
-        codes = run_shards(argv, devices)
+        search = _options(args, devices=None, cross_check=False, cross_check_all=False)
+        codes = run_shards([search] * len(devices), devices)
         if (args.cross_check or args.cross_check_all) and not any(codes):
-            flag = checks[args.cross_check_all]
-            codes += run_shards([*_without(argv, "--trials"), "--trials", "0", flag], devices[:1])
+            codes += run_shards([_options(args, devices=None, trials=0)], devices[:1])
         if any(codes):
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
         return 0
@@ -112,7 +107,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
                                "first, so the tuned kernels are the ones that will be frozen")
     date = args.date or datetime.date.today().isoformat()
-    settings = tune.Settings(trials=args.trials, study_seconds=args.study_seconds,
+    settings = Settings(trials=args.trials, study_seconds=args.study_seconds,
                              campaign_seconds=args.campaign_seconds, seed=args.seed,
                              point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
                              compile_workers=args.compile_workers,
@@ -124,13 +119,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
     campaign, earlier, standing = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings,
                                                              path, date, progress=not args.no_progress)
-    rivals = []
-    if args.variants and args.trials > 0:  # the other variants' stored points still compete
-        from .space import variants_for
-
-        keys = {p.bucket.key for p in plans}
-        others = [v.name for v in variants_for(spec, chip.rendering) if v.name not in args.variants.split(",")]
-        rivals = [p for p in tune.plan(spec, chip, rows, others) if p.bucket.key in keys] if others else []
+    # a narrower campaign: the other variants' stored points still compete
+    rivals = rival_plans(spec, chip, rows, plans, variants) if variants and args.trials > 0 else []
     if args.trials > 0:
         winners = campaign.run(plans, earlier, rivals, standing)
         print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
@@ -138,9 +128,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.cross_check or args.cross_check_all:
         from .table import fresh_winners
 
-        tuned = fresh_winners(spec, chip, path, campaign.kernel_hash)
-        checks = campaign.cross_check(tune.buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
-        print(campaign_mod.cross_report(checks, args.cross_margin))
+        tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+        checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
+        print(cross_report(checks, args.cross_margin))
     return 0
 
 
@@ -223,8 +213,7 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
 
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / f"shard{i}.json" for i in range(len(devices))]
-        argv = _without(_without(_without(args.argv, "--devices"), "--output"), "--json")
-        codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
+        codes = run_shards([_options(args, devices=None, output=None, json=str(f)) for f in files], devices)
         if any(codes):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
         generated = compare.generated_hash(_root(args), args.op)
@@ -303,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="render generated/ from specs, templates and records")
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
+    commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
+                "replay": _cmd_replay}
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -365,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     replay_p.add_argument("--seeds", type=int, default=20)
     replay_p.set_defaults(func=_cmd_replay)
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv
+    if argv == [FROM_STDIN]:  # a shard process (opgen.shard): its options, parsed by its parent
+        args = argparse.Namespace(**json.loads(sys.stdin.read()))
+        args.func = commands[args.command]
+    else:
+        args = parser.parse_args(argv)
     try:
         return args.func(args)
     except OpgenError as exc:

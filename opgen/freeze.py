@@ -186,11 +186,12 @@ def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
     base = f"{GENERATED}/{spec.op}"
     files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs)))]
     kernels_doc = f'"""Kernel modules of {spec.op}, one per variant and rendering."""\n'
-    files.append(GeneratedFile(f"{base}/kernels/__init__.py", inputs.header() + kernels_doc))
+    kernel_header = op_inputs(root, spec, driver=False).header()
+    files.append(GeneratedFile(f"{base}/kernels/__init__.py", kernel_header + kernels_doc))
     hashes: dict[str, dict[str, str]] = {}
     for rendering in RENDERINGS:
         doc = f'"""{spec.op} kernels rendered for {rendering}."""\n'
-        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", inputs.header() + doc))
+        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", kernel_header + doc))
     for kernel in render_kernels(root, spec, RENDERINGS, env):
         hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
         files.append(GeneratedFile(kernel.path, kernel.text))

@@ -19,6 +19,8 @@ from .spec import OpSpec
 
 GENERATED = "generated"
 RENDERINGS = ("cuda", "npu")
+DRIVER_TEMPLATES = Path(__file__).resolve().parent / "templates"
+"""The driver's own templates (the public API, the tables): package data, shared by every project."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class OpInputs:
 
 def template_dirs(root: Path, op: str) -> list[Path]:
     """Where an op's templates are looked up: its own, then the driver's."""
-    return [root / "templates" / op, root / "templates" / "_opgen"]
+    return [root / "templates" / op, DRIVER_TEMPLATES]
 
 
 def op_environment(root: Path, op: str) -> jinja2.Environment:
@@ -70,24 +72,29 @@ def op_environment(root: Path, op: str) -> jinja2.Environment:
     return environment(template_dirs(root, op))
 
 
-def op_inputs(root: Path, spec: OpSpec) -> OpInputs:
-    """The spec and template files of ``spec`` with their hashes.
+def op_inputs(root: Path, spec: OpSpec, driver: bool = True) -> OpInputs:
+    """The spec and template files of ``spec`` with their hashes; the driver's templates too
+    unless ``driver`` is False (kernel modules, which do not render through them).
 
     Raises:
         BuildError: without templates for the op.
     """
-    files = [f for d in template_dirs(root, spec.op) for f in sorted(d.glob("*.j2"))]
-    if not any(f.parent.name == spec.op for f in files):
+    files = sorted((root / "templates" / spec.op).glob("*.j2"))
+    if not files:
         raise BuildError(f"no templates for {spec.op} under templates/{spec.op}/")
-    return OpInputs(f"specs/{spec.op}.yaml", file_hash([root / "specs" / f"{spec.op}.yaml"]),
-                    f"templates/{{{spec.op},_opgen}}/*.j2", file_hash(files))
+    label = f"templates/{spec.op}/*.j2"
+    if driver:
+        files += sorted(DRIVER_TEMPLATES.glob("*.j2"))
+        label += ", opgen/templates/*.j2"
+    return OpInputs(f"specs/{spec.op}.yaml", file_hash([root / "specs" / f"{spec.op}.yaml"]), label,
+                    file_hash(files))
 
 
 def render_kernels(root: Path, spec: OpSpec, renderings: tuple[str, ...] = RENDERINGS,
                    env: jinja2.Environment | None = None) -> list[KernelFile]:
     """Every kernel module of ``spec`` for ``renderings``, in rendering then variant order."""
     env = env or op_environment(root, spec.op)
-    head = op_inputs(root, spec).header()
+    head = op_inputs(root, spec, driver=False).header()
     out = []
     for rendering in renderings:
         launch = [n for n, t in spec.tunables.items() if t.role == "launch" and rendering in t.domain]

@@ -42,13 +42,17 @@ def sort_key(key: Key) -> tuple[tuple[str, Any], ...]:
     return tuple((type(v).__name__, v) for v in key)
 
 
-def bucket_range(name: str, edges: tuple[int, ...], index: int) -> str:
-    """The values a bucket index stands for: ``K <= 32``, ``K in (96, 128]``, ``K > 256``."""
-    if index == 0:
-        return f"{name} <= {edges[0]}"
-    if index >= len(edges):
-        return f"{name} > {edges[-1]}"
-    return f"{name} in ({edges[index - 1]}, {edges[index]}]"
+def bucket_range(name: str, edges: tuple[int, ...], first: int, last: int | None = None) -> str:
+    """The values bucket indices ``first`` to ``last`` (default: ``first``) stand for:
+    ``K <= 32``, ``K in (96, 128]``, ``K > 256``, ``K any``."""
+    last = first if last is None else last
+    if first == 0 and last >= len(edges):
+        return f"{name} any"
+    if first == 0:
+        return f"{name} <= {edges[last]}"
+    if last >= len(edges):
+        return f"{name} > {edges[first - 1]}"
+    return f"{name} in ({edges[first - 1]}, {edges[last]}]"
 
 
 def key_text(spec: OpSpec, key: Key) -> str:

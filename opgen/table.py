@@ -42,7 +42,7 @@ class Row(NamedTuple):
     @property
     def comment(self) -> str:
         """Where the row comes from and what its winner measured, for a person."""
-        return (f"from {self.source!r}, " if self.source is not None else "") + _comment(self.winner)
+        return (f"from {self.source!r}, " if self.source is not None else "") + comment_of(self.winner)
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mappin
     return legal and fits
 
 
-def _comment(rec: WinnerRecord) -> str:
+def comment_of(rec: WinnerRecord) -> str:
+    """What a winner measured, for a person: median, flush, on-chip bytes, spills, date."""
     parts = [f"median {rec.median_ms:.4f} ms" + (" (writing flush)" if rec.flush == "write" else "")]
     if rec.budget is not None:
         reported = "" if rec.budget.reported is None else f" (reported {rec.budget.reported})"

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import bench
 from .errors import WorkerError
-from .records import STATUSES
+from .records import STATUSES  # noqa: F401  (a Result's status is one of them)
 
 # Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).

@@ -20,7 +20,6 @@ RECORDS = Path("records/interpreter/toy_op.jsonl")
 
 def _project(tmp: Path) -> Path:
     shutil.copytree(TOY, tmp, dirs_exist_ok=True)
-    shutil.copytree(ROOT / "templates" / "_opgen", tmp / "templates" / "_opgen")
     _opgen(tmp, "build")
     return tmp
 
@@ -530,7 +529,7 @@ def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
     campaign._budget = lambda *args: None
     bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
     measured = {"a": [tune.Measured(p, [Result("ok", median_ms=1.0 + i)]) for i, p in enumerate(pts)]}
-    monkeypatch.setattr("opgen.space.find_variant", lambda spec, name: None)
+    monkeypatch.setattr("opgen.side_by_side.find_variant", lambda spec, name: None)
     winner = campaign.choose(bucket, measured, held=pts[3])
     assert seen[-1] == pts and "a:BLOCK=128" in winner["remeasured_ms"]
     measured["a"][3] = tune.Measured(pts[3], [Result("wrong_result", "rel_l2=1")])
