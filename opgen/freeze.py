@@ -21,6 +21,7 @@ from .hardware import PROFILES, ChipProfile, rendering_of
 from .render import content_hash, file_hash, header, render
 from .space import budget_formula, variants_for
 from .table import frozen_rows
+from .table_layout import WIDTH, layout, wrap_comment
 from .spec import KeyField, OpSpec, load_specs
 
 def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list[str]:
@@ -170,12 +171,22 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     rec_hash = file_hash([rec_path]) if rec_path.exists() else "none"
     found = budget_formula(spec, chip)
     budget_kind = found[0] if found else None
+    shown = layout(spec, table)
+    tuned = len(shown["tuned"])
+    summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
+               f"combinations filled from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
+               f"{len(table.stale)} stale records not frozen.")
+    key_line = (f"Key: ({', '.join(spec.dispatch.key)}); the fields at BUCKETED hold bucket indices, "
+                "their ranges are in the comments.")
     context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
                    backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
                    budget=chip.budget(budget_kind) if budget_kind else None,
-                   programs=chip.programs, key_names=tuple(spec.dispatch.key), rows=table.rows,
-                   filled=table.filled, stale=table.stale, checks=table.checks.line(), source=chip.source)
-    text = render(env, "table.py.j2", context)
+                   programs=chip.programs, key_names=tuple(spec.dispatch.key), **shown,
+                   summary=[*wrap_comment(summary), *wrap_comment(table.checks.line()),
+                            *wrap_comment(key_line), *wrap_comment(f"Chip figures: {chip.source}")],
+                   stale=[wrap_comment(f"stale, not frozen: {s.record.variant} at {s.record.key!r}: "
+                                       f"{s.reason}") for s in table.stale])
+    text = render(env, "table.py.j2", context, WIDTH)
     return GeneratedFile(f"{GENERATED}/{spec.op}/table_{chip.name}.py", text)
 
 
@@ -184,7 +195,7 @@ def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
     env = op_environment(root, spec.op)
     inputs = op_inputs(root, spec)
     base = f"{GENERATED}/{spec.op}"
-    files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs)))]
+    files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs), WIDTH))]
     kernels_doc = f'"""Kernel modules of {spec.op}, one per variant and rendering."""\n'
     kernel_header = op_inputs(root, spec, driver=False).header()
     files.append(GeneratedFile(f"{base}/kernels/__init__.py", kernel_header + kernels_doc))

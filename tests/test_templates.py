@@ -30,9 +30,9 @@ def passed(tmp_path_factory):
     seen: dict[str, set[str]] = {}
     real = freeze.render
 
-    def spy(env, template, context):
+    def spy(env, template, context, *width):
         seen.setdefault(template, set()).update(context)
-        return real(env, template, context)
+        return real(env, template, context, *width)
 
     freeze.render = kernels.render = spy
     try:
