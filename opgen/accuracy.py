@@ -31,17 +31,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from opgen.errors import OpgenError
+from opgen.errors import AccuracyError
 
 __all__ = [
     "AccuracyError", "Criteria", "CRITERIA", "criteria_for", "rel_l2", "max_abs_rel", "mere",
     "max_rel", "DualResult", "dual_benchmark", "WorstCase", "DomainResult", "domain_check",
     "AccuracyReport", "check_all",
 ]
-
-
-class AccuracyError(OpgenError, ValueError):
-    """Arguments an accuracy check cannot judge: mismatched shapes, an unsupported output dtype."""
 
 
 # -- the criteria table ----------------------------------------------------------------------------

@@ -75,13 +75,19 @@ def geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def per_round(protocol: Protocol, rounds: int) -> Protocol:
+    """The protocol of one round of a side-by-side re-measure: half the warm-up (at least 2) and
+    an equal share of the repeats (at least 3), so ``rounds`` rounds cost about one measure."""
+    return dataclasses.replace(protocol, warmup=max(2, protocol.warmup // 2),
+                               repeat=max(3, protocol.repeat // rounds))
+
+
 def side_by_side(backend: Backend, fns: dict[str, Callable[[], object]], rounds: int = 5,
                  protocol: Protocol = DEFAULT) -> dict[str, float]:
     """Median times of several callables measured in interleaved rounds (same drift for all)."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    per_round = dataclasses.replace(protocol, warmup=max(1, protocol.warmup // 2),
-                                    repeat=max(1, protocol.repeat // rounds))
+    one_round = per_round(protocol, rounds)
     for _ in range(rounds):
         for name in sorted(fns):
-            samples[name].extend(measure(backend, fns[name], per_round))
+            samples[name].extend(measure(backend, fns[name], one_round))
     return {name: median(times) for name, times in samples.items()}

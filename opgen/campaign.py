@@ -1,8 +1,8 @@
 """Setting up a tuning campaign from the command line, and reading its results.
 
-Storage (journal file or RDB URL), the records sink, kernel identities, the earlier winners that
-seed each study, the end-of-campaign summary and the leave-one-out cross-check report. Uses
-``tune``, ``records``, ``backends``.
+Storage (journal file or RDB URL), the records sink, the device and its core count, the earlier
+winners that seed each study, and the end-of-campaign summary. Uses ``tune``, ``settings``,
+``kernels``, ``records``, ``table``, ``backends``.
 """
 from __future__ import annotations
 
@@ -10,34 +10,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .hardware import ChipProfile
+from .kernels import kernel_hashes
 from .records import Record
-from .space import Point, variants_for
+from .space import Point
 from .spec import OpSpec
-from .tune import Campaign, CrossCheck, Settings
-
-
-def cross_report(checks: list[CrossCheck], margin: float) -> str:
-    """The cross-check table and its verdict: flagged when the worst loss exceeds ``margin``."""
-    lines = [f"{'key':<40} {'own ms':>9} {'fill ms':>9} {'loss':>8}  fill from"]
-    for c in checks:
-        lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {c.fill_ms:>9.4f} "
-                     f"{c.loss:>8.1%}  {c.fill_from or 'spec default'}: {c.fill.name()}")
-    if checks:
-        worst = max(checks, key=lambda c: c.loss)
-        verdict = "FLAGGED" if worst.loss > margin else "ok"
-        lines.append(f"{verdict}: worst leave-one-out loss {worst.loss:.1%} at {worst.key} (margin {margin:.0%})")
-    every = [c for c in checks if c.others]
-    if every:  # --cross-check-all: the fastest of all the points measured beside each own winner
-        lines.append(f"{'key':<40} {'own ms':>9} {'best ms':>9} {'loss':>8}  fastest other winner there")
-        beaten = 0
-        for c in every:
-            source, point, ms = c.best_other
-            beaten += ms * (1.0 + margin) < c.own_ms
-            lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {ms:>9.4f} "
-                         f"{ms / c.own_ms - 1.0:>8.1%}  {source}: {point.name()}")
-        lines.append(f"{beaten} of {len(every)} own winners beaten by another bucket's winner by more than "
-                     f"the margin (their searches missed it)")
-    return "\n".join(lines)
+from .settings import CampaignConfig, Settings
+from .tune import Campaign
 
 
 def open_storage(where: str):
@@ -50,15 +28,6 @@ def open_storage(where: str):
 
     Path(where).parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(where))
-
-
-def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
-    """Content hashes of the generated kernel modules of one rendering (the records' identity)."""
-    from .records import kernel_hash
-
-    base = root / "generated" / spec.op / "kernels" / rendering
-    return {v.name: kernel_hash((base / f"{v.name}.py").read_text(encoding="utf-8"))
-            for v in variants_for(spec, rendering)}
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
@@ -107,13 +76,8 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     device_name = toolchain.pop("device", "")
     if name != "interpreter" and not any(s in device_name for s in chip.device_names):
         raise UnsupportedInput(f"device {device!r} is {device_name!r}, not a {chip.name}: tables are per chip")
-    if name == "cuda":
-        import torch
-
-        programs = torch.cuda.get_device_properties(device).multi_processor_count
-    else:
-        programs = backend.cores() if name == "npu" else chip.cores
-    hashes = kernel_hashes(root, spec, chip.rendering)
+    programs = backend.cores() or chip.cores
+    hashes = kernel_hashes(root, spec, chip.rendering)  # the caller checked the files are these
     found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
     fresh = split_winners(spec, chip, records_path, found, hashes)[0]
@@ -123,8 +87,9 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date,
                        "write" if settings.protocol.dirty else "read")
-    campaign = Campaign(spec, chip, str(root), name, device, programs, open_storage(storage), sink,
-                        toolchain, settings, hashes, env, dict(spec.accuracy.max_rel_l2), progress)
+    config = CampaignConfig(spec, chip, str(root), name, device, programs, toolchain, hashes, settings,
+                            env, dict(spec.accuracy.max_rel_l2), progress)
+    campaign = Campaign(config, open_storage(storage), sink)
     return campaign, earlier, standing
 
 

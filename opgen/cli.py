@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from .errors import OpgenError
+from .shard import FROM_STDIN
 
 
 def _find_root(start: Path) -> Path:
@@ -29,25 +30,17 @@ def _root(args: argparse.Namespace) -> Path:
     return Path(args.root).resolve() if args.root else _find_root(Path.cwd())
 
 
-def _without(argv: list[str], option: str) -> list[str]:
-    """``argv`` less ``option`` and its value (``--opt V`` or ``--opt=V``)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            out.append(arg)
-    return out
+def _options(args: argparse.Namespace, **changes: object) -> dict[str, object]:
+    """The parsed options as a JSON-able value with ``changes``: what a shard process is given."""
+    return {**{k: v for k, v in vars(args).items() if k != "func"}, **changes}
 
 
 def _check_devices(args: argparse.Namespace) -> list[str]:
     """The ``--devices`` list, refused together with ``--device`` or ``--shard``."""
-    from .errors import UnsupportedInput
+    from .errors import UsageError
 
     if args.device or args.shard:
-        raise UnsupportedInput("--devices runs one shard per device: leave out --device and --shard")
+        raise UsageError("--devices runs one shard per device: leave out --device and --shard")
     return [d.strip() for d in args.devices.split(",") if d.strip()]
 
 
@@ -76,42 +69,45 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
     from . import campaign as campaign_mod
-    from . import freeze, tune
     from .bench import Protocol
+    from .cross_check import cross_report
+    from .dry_run import dry_run_table
+    from .plan import buckets, plan, rival_plans
+    from .settings import Settings
     from .errors import UnsupportedInput
     from .hardware import profile
+    from .kernels import stale_kernels
     from .records import record_path
-    from .shard import parse_shard, run_shards
+    from .shard import parse_shard, run_shards, shard_plans
     from .spec import load_spec
 
     root = _root(args)
     spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
     chip = profile(args.chip)
     rows = spec.expand_cases(args.cases)
-    plans = tune.plan(spec, chip, rows, args.variants.split(",") if args.variants else None)
+    variants = args.variants.split(",") if args.variants else None
+    plans = plan(spec, chip, rows, variants)
     if args.shard:
-        plans = tune.shard_plans(plans, *parse_shard(args.shard), cap=args.trials)
+        plans = shard_plans(plans, *parse_shard(args.shard), cap=args.trials)
     if args.dry_run:
-        print(tune.dry_run_table(spec, chip, plans))
+        print(dry_run_table(spec, chip, plans))
         return 0
     if args.devices:  # one shard of the buckets per device, then the cross-check on the first
         devices = _check_devices(args)
-        checks = ("--cross-check", "--cross-check-all")
-        argv = [a for a in _without(args.argv, "--devices") if a not in checks]
-        codes = run_shards(argv, devices)
+        search = _options(args, devices=None, cross_check=False, cross_check_all=False)
+        codes = run_shards([search] * len(devices), devices)
         if (args.cross_check or args.cross_check_all) and not any(codes):
-            flag = checks[args.cross_check_all]
-            codes += run_shards([*_without(argv, "--trials"), "--trials", "0", flag], devices[:1])
+            codes += run_shards([_options(args, devices=None, trials=0)], devices[:1])
         if any(codes):
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
         return 0
     # Tables go stale as records arrive (by design); the kernels must be the ones the build renders.
-    stale = [p for p in freeze.stale(root, freeze.build_all(root)) if f"/{spec.op}/kernels/" in p]
+    stale = stale_kernels(root, spec, chip.rendering)
     if stale:
         raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
                                "first, so the tuned kernels are the ones that will be frozen")
     date = args.date or datetime.date.today().isoformat()
-    settings = tune.Settings(trials=args.trials, study_seconds=args.study_seconds,
+    settings = Settings(trials=args.trials, study_seconds=args.study_seconds,
                              campaign_seconds=args.campaign_seconds, seed=args.seed,
                              point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
                              compile_workers=args.compile_workers,
@@ -123,13 +119,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
     campaign, earlier, standing = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings,
                                                              path, date, progress=not args.no_progress)
-    rivals = []
-    if args.variants and args.trials > 0:  # the other variants' stored points still compete
-        from .space import variants_for
-
-        keys = {p.bucket.key for p in plans}
-        others = [v.name for v in variants_for(spec, chip.rendering) if v.name not in args.variants.split(",")]
-        rivals = [p for p in tune.plan(spec, chip, rows, others) if p.bucket.key in keys] if others else []
+    # a narrower campaign: the other variants' stored points still compete
+    rivals = rival_plans(spec, chip, rows, plans, variants) if variants and args.trials > 0 else []
     if args.trials > 0:
         winners = campaign.run(plans, earlier, rivals, standing)
         print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
@@ -137,9 +128,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.cross_check or args.cross_check_all:
         from .table import fresh_winners
 
-        tuned = fresh_winners(spec, chip, path, campaign.kernel_hash)
-        checks = campaign.cross_check(tune.buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
-        print(campaign_mod.cross_report(checks, args.cross_margin))
+        tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+        checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
+        print(cross_report(checks, args.cross_margin))
     return 0
 
 
@@ -149,7 +140,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import Protocol
     from .errors import SpecError
     from .shard import assign, parse_shard
-    from .spec import load_spec
+    from .spec import forced_axes, load_spec
 
     root = _root(args)
     sys.path.insert(0, str(root))
@@ -169,11 +160,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         rows = [r for r, s in zip(rows, assign([1.0] * len(rows), n)) if s == k]
     backend = get_backend(args.backend, args.device)
     target = spec.baselines[args.baseline]
-    if target.startswith("variant:"):  # the op itself with some axes forced, e.g. variant:ALGO=stage0
+    forced = forced_axes(target)
+    if forced is not None:  # the op itself with some axes forced, e.g. variant:ALGO=stage0
         from .hardware import chip_for_device_name
 
         chip = chip_for_device_name(backend.toolchain()["device"], args.backend)
-        forced = dict(item.split("=") for item in target.removeprefix("variant:").split(","))
         base = compare.variant_baseline(spec, chip, forced)
     else:
         from .worker import resolve
@@ -222,8 +213,7 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
 
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / f"shard{i}.json" for i in range(len(devices))]
-        argv = _without(_without(_without(args.argv, "--devices"), "--output"), "--json")
-        codes = run_shards(argv, devices, [["--json", str(f)] for f in files])
+        codes = run_shards([_options(args, devices=None, output=None, json=str(f)) for f in files], devices)
         if any(codes):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
         generated = compare.generated_hash(_root(args), args.op)
@@ -268,8 +258,8 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, 
 
 
 def _cmd_records(args: argparse.Namespace) -> int:
-    from .campaign import kernel_hashes
     from .hardware import profile
+    from .kernels import kernel_hashes
     from .records import record_path
     from .report import report
     from .spec import load_spec
@@ -302,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="render generated/ from specs, templates and records")
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
+    commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
+                "replay": _cmd_replay}
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -364,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     replay_p.add_argument("--seeds", type=int, default=20)
     replay_p.set_defaults(func=_cmd_replay)
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.argv = argv
+    if argv == [FROM_STDIN]:  # a shard process (opgen.shard): its options, parsed by its parent
+        args = argparse.Namespace(**json.loads(sys.stdin.read()))
+        args.func = commands[args.command]
+    else:
+        args = parser.parse_args(argv)
     try:
         return args.func(args)
     except OpgenError as exc:

@@ -10,6 +10,7 @@ generated dispatch code. Imports only :mod:`opgen.errors`.
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import operator
 from dataclasses import dataclass, field
@@ -18,17 +19,19 @@ from typing import Any, Callable, Mapping
 from .errors import ExprError
 
 
-def cdiv(a: int, b: int) -> int:
+# The helpers below are also rendered, from this source, into generated modules (which cannot
+# import opgen): they use plain Python only.
+def cdiv(a, b):
     """Ceiling division of integers."""
     return -(-a // b)
 
 
-def pow2(x: int) -> int:
+def pow2(x):
     """The smallest power of two that is >= x (1 for x <= 1)."""
     return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()
 
 
-def log2(x: int) -> int:
+def log2(x):
     """Integer base-2 logarithm, rounded down; x must be positive."""
     if x <= 0:
         raise ValueError(f"log2 of non-positive {x}")
@@ -39,12 +42,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": min, "max": max, "abs": abs, "cdiv": cdiv, "pow2": pow2, "log2": log2,
 }
 
-# Source of the helpers for generated modules; builtins (min, max, abs) need none.
-_HELPER_SOURCE = {
-    "cdiv": "def cdiv(a, b):\n    return -(-a // b)\n",
-    "pow2": "def pow2(x):\n    return 1 if x <= 1 else 1 << (int(x) - 1).bit_length()\n",
-    "log2": "def log2(x):\n    return int(x).bit_length() - 1\n",
-}
+_BUILTINS = ("min", "max", "abs")  # generated modules call these without a definition
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -202,8 +200,10 @@ def parse(source: str | int | float | bool) -> Expr:
 
 
 def python_helpers(calls: set[str] | frozenset[str]) -> str:
-    """Source defining the helper functions that rendered formulas call (sorted, stable)."""
-    return "\n\n".join(_HELPER_SOURCE[name] for name in sorted(calls) if name in _HELPER_SOURCE)
+    """Source defining the helper functions that rendered formulas call (sorted, stable): the
+    source of the very functions formulas evaluate with, so the two never drift apart."""
+    return "\n\n".join(inspect.getsource(FUNCTIONS[name])
+                       for name in sorted(calls) if name not in _BUILTINS)
 
 
 def is_finite_number(x: object) -> bool:

@@ -6,61 +6,23 @@ The output is a pure function of the specs, the templates and the tuning records
 """
 from __future__ import annotations
 
+import inspect
 import string
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import records as records_mod
+from .kernels import (GENERATED, RENDERINGS, GeneratedFile, OpInputs, op_environment, op_inputs,
+                      render_kernels)
 from .errors import BuildError, SpecError
 from .expr import Expr, python_helpers
-from .hardware import PROFILES, ChipProfile
-from .render import content_hash, environment, file_hash, header, render
+from .keys import bucket_index
+from .hardware import PROFILES, ChipProfile, rendering_of
+from .render import content_hash, file_hash, header, render
 from .space import budget_formula, variants_for
 from .table import frozen_rows
+from .table_layout import WIDTH, layout, wrap_comment
 from .spec import KeyField, OpSpec, load_specs
-
-GENERATED = "generated"
-
-
-@dataclass(frozen=True)
-class GeneratedFile:
-    """One file of ``generated/``: its path relative to the repository root and its text."""
-
-    path: str
-    text: str
-
-
-@dataclass(frozen=True)
-class OpInputs:
-    """The files an op's output depends on, with their hashes for the headers."""
-
-    spec_path: str
-    spec_hash: str
-    templates_glob: str
-    templates_hash: str
-
-
-def _template_files(root: Path, op: str) -> list[Path]:
-    files = sorted((root / "templates" / op).glob("*.j2")) + sorted((root / "templates" / "_opgen").glob("*.j2"))
-    if not files:
-        raise BuildError(f"no templates for {op} under templates/{op}/")
-    return files
-
-
-def _op_inputs(root: Path, spec: OpSpec) -> OpInputs:
-    spec_file = root / "specs" / f"{spec.op}.yaml"
-    return OpInputs(f"specs/{spec.op}.yaml", file_hash([spec_file]),
-                    f"templates/{{{spec.op},_opgen}}/*.j2", file_hash(_template_files(root, spec.op)))
-
-
-def _header(inputs: OpInputs, records: tuple[str, str] | None = None) -> str:
-    rows = [("spec", inputs.spec_path, inputs.spec_hash),
-            ("templates", inputs.templates_glob, inputs.templates_hash)]
-    if records is not None:
-        rows.append(("records", *records))
-    return header(rows)
-
 
 def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list[str]:
     fields = []
@@ -125,7 +87,7 @@ def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[st
     axes = spec.variants.axes
     out = []
     for backend, defaults in spec.dispatch.defaults.items():
-        rendering = "cuda" if backend == "cuda" else "npu"
+        rendering = rendering_of(backend)
         tunable_names = spec.tunables_for(backend)
         fixed = [(axis, opt, [(n, e.to_python()) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
@@ -172,16 +134,17 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     for name, field in spec.dispatch.key.items():
         expr, buckets = (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
         source = expr.to_python()
-        key.append((name, source if buckets is None else f"_bucket({source}, {buckets!r})"))
+        key.append((name, source if buckets is None else f"bucket_index({source}, {buckets!r})"))
     doc_lines = spec.doc.strip().splitlines()
     variants = sorted({(v.name, tuple(o for _, o in v.options)) for r in ("cuda", "npu")
                        for v in variants_for(spec, r)})
     uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
-    return dict(header=_header(inputs), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
+    return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
                 variants=variants, defaults=defaults, budgets=budgets, legality=legality,
                 legal_names=legal_names, key=key, param_names=list(spec.param_names()),
-                launch_args=list(spec.api.launch_args), helpers=python_helpers(calls).rstrip("\n"),
+                launch_args=list(spec.api.launch_args),
+                helpers="\n\n".join(filter(None, [python_helpers(calls), inspect.getsource(bucket_index)])).rstrip("\n"),
                 chips=[(p.backend, p.device_names, p.name) for p in PROFILES.values()
                        if p.backend in ("cuda", "npu")],
                 **_signature_context(spec))
@@ -208,34 +171,41 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     rec_hash = file_hash([rec_path]) if rec_path.exists() else "none"
     found = budget_formula(spec, chip)
     budget_kind = found[0] if found else None
-    context = dict(header=_header(inputs, (rel, rec_hash)), op=spec.op, chip=chip.name,
+    shown = layout(spec, table)
+    tuned = len(shown["tuned"])
+    summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
+               f"combinations filled from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
+               f"{len(table.stale)} stale records not frozen.")
+    key_line = (f"Key: ({', '.join(spec.dispatch.key)}); the fields at BUCKETED hold bucket indices, "
+                "their ranges are in the comments.")
+    context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
                    backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
                    budget=chip.budget(budget_kind) if budget_kind else None,
-                   programs=chip.programs, key_names=tuple(spec.dispatch.key), rows=table.rows,
-                   filled=table.filled, stale=table.stale, checks=table.checks.line(), source=chip.source)
-    text = render(env, "table.py.j2", context)
+                   programs=chip.programs, key_names=tuple(spec.dispatch.key), **shown,
+                   summary=[*wrap_comment(summary), *wrap_comment(table.checks.line()),
+                            *wrap_comment(key_line), *wrap_comment(f"Chip figures: {chip.source}")],
+                   stale=[wrap_comment(f"stale, not frozen: {s.record.variant} at {s.record.key!r}: "
+                                       f"{s.reason}") for s in table.stale])
+    text = render(env, "table.py.j2", context, WIDTH)
     return GeneratedFile(f"{GENERATED}/{spec.op}/table_{chip.name}.py", text)
 
 
 def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
     """Every generated file of one op."""
-    env = environment([root / "templates" / spec.op, root / "templates" / "_opgen"])
-    inputs = _op_inputs(root, spec)
+    env = op_environment(root, spec.op)
+    inputs = op_inputs(root, spec)
     base = f"{GENERATED}/{spec.op}"
-    files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs)))]
+    files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs), WIDTH))]
     kernels_doc = f'"""Kernel modules of {spec.op}, one per variant and rendering."""\n'
-    files.append(GeneratedFile(f"{base}/kernels/__init__.py", _header(inputs) + kernels_doc))
+    kernel_header = op_inputs(root, spec, driver=False).header()
+    files.append(GeneratedFile(f"{base}/kernels/__init__.py", kernel_header + kernels_doc))
     hashes: dict[str, dict[str, str]] = {}
-    for rendering in ("cuda", "npu"):
+    for rendering in RENDERINGS:
         doc = f'"""{spec.op} kernels rendered for {rendering}."""\n'
-        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", _header(inputs) + doc))
-        launch = [n for n, t in spec.tunables.items() if t.role == "launch" and rendering in t.domain]
-        for variant in variants_for(spec, rendering):
-            context = dict(header=_header(inputs), op=spec.op, variant_name=variant.name,
-                           backend=rendering, launch_options=launch, **variant.flags)
-            text = render(env, variant.template, context)
-            hashes.setdefault(rendering, {})[variant.name] = records_mod.kernel_hash(text)
-            files.append(GeneratedFile(f"{base}/kernels/{rendering}/{variant.name}.py", text))
+        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", kernel_header + doc))
+    for kernel in render_kernels(root, spec, RENDERINGS, env):
+        hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
+        files.append(GeneratedFile(kernel.path, kernel.text))
     for chip in PROFILES.values():
         files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering]))
     return files

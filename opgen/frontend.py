@@ -41,7 +41,7 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.jit import JITFunction, mangle_type
 from triton._C.libtriton import ir
 
-from opgen.errors import OpgenError
+from opgen.errors import FrontendArgumentError, FrontendStateError
 
 __all__ = ["FrontendResult", "FrontendArgumentError", "FrontendStateError", "ascend_frontend", "run_adapter",
            "check_many"]
@@ -72,12 +72,6 @@ class FrontendResult:
     ops: tuple[str, ...]
 
 
-class FrontendArgumentError(OpgenError, TypeError):
-    """The kernel arguments given to :func:`ascend_frontend` do not match the kernel."""
-
-
-class FrontendStateError(OpgenError, RuntimeError):
-    """``triton.language`` is patched by the interpreter and cannot be restored here."""
 
 
 # ----------------------------------------------------------------------------- language guard

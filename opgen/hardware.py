@@ -15,6 +15,12 @@ from .errors import UnsupportedInput
 KiB = 1024
 
 
+def rendering_of(backend: str) -> str:
+    """The kernel rendering a backend runs: ``cuda`` on NVIDIA, else the Ascend one (``npu``),
+    which the CPU interpreter runs too."""
+    return "cuda" if backend == "cuda" else "npu"
+
+
 @dataclass(frozen=True)
 class ChipProfile:
     """One chip. Sizes in bytes; ``None`` where no public source gives the figure.
@@ -57,8 +63,8 @@ class ChipProfile:
 
     @property
     def rendering(self) -> str:
-        """Which kernel rendering serves this chip (the interpreter runs the Ascend one)."""
-        return "cuda" if self.backend == "cuda" else "npu"
+        """Which kernel rendering serves this chip (:func:`rendering_of` its backend)."""
+        return rendering_of(self.backend)
 
     def budget(self, kind: str) -> int:
         """The byte budget a formula of ``kind`` (``ub_bytes``/``smem_bytes``) is checked against."""

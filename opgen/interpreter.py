@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from opgen.errors import OpgenError
+from opgen.errors import InterpreterPatchError
 
 __all__ = ["InterpreterPatchError", "patch_bf16", "is_bf16_patched", "bf16_bits_to_f32",
            "f32_to_bf16_bits"]
@@ -53,9 +53,6 @@ _RESULT_LIKE = {
 _REDUCTIONS = {"ReduceOps": ("sum", "min_max"), "ScanOps": ("cumsum", "cumprod")}
 _REQUIRED_MODULE_ATTRS = ("InterpreterBuilder", "TensorHandle", "_get_np_dtype", *_REDUCTIONS)
 
-
-class InterpreterPatchError(OpgenError, RuntimeError):
-    """The installed Triton interpreter lacks something the bf16 patch needs."""
 
 
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:

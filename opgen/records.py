@@ -3,11 +3,11 @@ by ``opgen.table``).
 
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying
-its full key: op, chip, toolchain, the kernel's content hash, the dispatch key and the case row.
+its full key: op, chip, toolchain, the kernel's content hash, the dispatch key (``opgen.keys``) and the case row.
 Writers append under an exclusive ``flock`` with flush and fsync; readers skip a torn last line and
 count it, refuse a malformed line elsewhere and refuse a record of another op, chip or schema
 (optuna ``journal/_file.py``; Kernel Tuner ``process_cache``). No clock, no device: dates come from
-the caller. Uses ``errors``, ``expr``, ``spec``.
+the caller. Uses ``errors``, ``expr``, ``keys``.
 """
 from __future__ import annotations
 
@@ -23,14 +23,13 @@ from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
 
 from .errors import RecordError
 from .expr import is_finite_number
-from .spec import KeyField, OpSpec
+from .keys import Key
 
 SCHEMA = 1
 """Version of the line format; a line of any other version is a foreign record."""
 
 STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget")
 BUDGET_KINDS = ("ub_bytes", "smem_bytes")
-Key = tuple[Any, ...]
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -154,7 +153,7 @@ class _Record:
             try:
                 value = conv(getattr(self, name))
             except RecordError as exc:
-                raise RecordError(f"{self.KIND} record: {name}: {exc}") from None
+                raise RecordError(f"{self.KIND} record: {name}: {exc.detail}") from None
             object.__setattr__(self, name, value)  # stored form: tuples, fresh dicts, floats
 
     def to_json(self) -> dict[str, Any]:
@@ -181,7 +180,7 @@ class _Record:
                                   f"unknown keys {sorted(set(data) - names)}")
             return cls(**{name: data[name] for name in cls.CONVERT})
         except RecordError as exc:
-            raise RecordError(f"{where}: {exc}") from None
+            raise RecordError(f"{where}: {exc.detail}") from None
 
 
 @dataclass(frozen=True)
@@ -377,31 +376,7 @@ def _mend_tail(f: BinaryIO) -> int:
     return 0
 
 
-# --- keys and winners ------------------------------------------------------------------------
-def bucket_index(value: Any, edges: tuple[int, ...]) -> int:
-    """Index of the first edge >= value; ``len(edges)`` past the last (the generated ``_bucket``)."""
-    return next((i for i, edge in enumerate(edges) if value <= edge), len(edges))
-
-
-def split_key_field(field: Any) -> tuple[Any, tuple[int, ...] | None]:
-    return (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
-
-
-def key_of(spec: OpSpec, params: Mapping[str, Any]) -> Key:
-    """The dispatch key of one shape's params, in ``spec.dispatch.key`` order."""
-    out = []
-    for field in spec.dispatch.key.values():
-        expr, edges = split_key_field(field)
-        value = expr.evaluate(params)
-        out.append(value if edges is None else bucket_index(value, edges))
-    return tuple(out)
-
-
-def sort_key(key: Key) -> tuple[tuple[str, Any], ...]:
-    """A total order over keys of mixed element types (bool, int, str) that never compares types."""
-    return tuple((type(v).__name__, v) for v in key)
-
-
+# --- winners ---------------------------------------------------------------------------------
 def latest_winners(records: Iterable[Record]) -> dict[Key, WinnerRecord]:
     """For each key, the last winner in file order."""
     out: dict[Key, WinnerRecord] = {}

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import ChipProfile
-from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners, sort_key
+from .keys import key_text, sort_key
+from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners
 from .spec import OpSpec
 from .table import checked_frozen_winner, cross_checked, read_keyed, split_winners
 
@@ -54,32 +55,33 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             other += 1
     torn = f", {found.torn} torn line skipped" if found.torn else ""
     lines = [f"{spec.op} on {chip.name}: {len(found.records)} records in {path}{torn}",
-             f"{'key (' + ', '.join(spec.dispatch.key) + ')':<44} {'winner':<26} {'median ms':>9} {'margin':>7} "
+             f"per key (the values it stands for): {'winner':<26} {'median ms':>9} {'margin':>7} "
              f"{'tuned':<10} {'loss':>7}  trials on the current kernels"]
     for key in sorted(set(fresh) | set(stale) | set(trials), key=sort_key):
         tried = ", ".join(f"{n} {status}" for status, n in sorted(trials.get(key, Counter()).items())) or "none"
-        name = ",".join(map(str, key))
+        lines.append(key_text(spec, key))
+        name = ""
         if key in fresh:
             w = fresh[key]
             margin = "-" if w.margin is None else f"{w.margin:.1%}"
             checked = f"{loss[key]:.1%}" if key in loss else "-"
-            lines.append(f"{name:<44} {w.variant:<26} {w.median_ms:>9.4f} {margin:>7} {w.date:<10} "
+            lines.append(f"{name:<36} {w.variant:<26} {w.median_ms:>9.4f} {margin:>7} {w.date:<10} "
                          f"{checked:>7}  {tried}")
             if latest[key] is not w:
                 n = latest[key]
-                lines.append(f"{'':<44} a later winner, {n.variant} at {n.median_ms:.4f} ms ({n.date}), "
+                lines.append(f"{'':<36} a later winner, {n.variant} at {n.median_ms:.4f} ms ({n.date}), "
                              "never met it: not frozen")
             e = faster.get(key)
             if e is not None and e.median_ms * (1.0 + EARLIER_FASTER) < w.median_ms:
-                lines.append(f"{'':<44} an earlier winner, {e.variant} at {e.median_ms:.4f} ms in its run "
+                lines.append(f"{'':<36} an earlier winner, {e.variant} at {e.median_ms:.4f} ms in its run "
                              f"({e.date}); the frozen one is {w.median_ms / e.median_ms - 1:.0%} slower")
             c = beside.get(key)
             if c is not None and c.fill_ms * (1.0 + EARLIER_FASTER) < c.own_ms:
-                lines.append(f"{'':<44} {c.fill_variant} ({c.fill_from or 'spec default'}) ran "
+                lines.append(f"{'':<36} {c.fill_variant} ({c.fill_from or 'spec default'}) ran "
                              f"{c.own_ms / c.fill_ms - 1:.0%} faster here in a cross-check ({c.date})")
         else:
-            lines.append(f"{name:<44} {'(' + stale[key] + ')' if key in stale else '(no winner)'}")
-            lines.append(f"{'':<44} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")
+            lines.append(f"{name:<36} {'(' + stale[key] + ')' if key in stale else '(no winner)'}")
+            lines.append(f"{'':<36} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")
     if other:
         lines.append(f"{other} trials measured a kernel since changed (not counted above)")
     lines.append(checks.line())

@@ -38,9 +38,23 @@ class Variant:
         return dict(self.options)
 
 
+def point_id(variant: str, config: Mapping[str, Any]) -> str:
+    """The identity of a point, whatever the order its tunables are stored in: the variant and
+    its ``name=value`` pairs sorted by name, values as text (a record's values read back from
+    JSON, or from a :meth:`Point.name` the records kept, compare equal)."""
+    return variant + ":" + ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+def parse_point_name(name: str) -> tuple[str, dict[str, str]]:
+    """The variant and values (as text) of a :meth:`Point.name`, as records keep them
+    (``WinnerRecord.remeasured_ms``)."""
+    variant, _, values = name.partition(":")
+    return variant, dict(item.split("=", 1) for item in values.split(",") if "=" in item)
+
+
 @dataclass(frozen=True)
 class Point:
-    """A variant with a value for every tunable of a backend; its identity is its text."""
+    """A variant with a value for every tunable of a backend (:attr:`ident` is its identity)."""
 
     variant: str
     values: tuple[tuple[str, Any], ...]
@@ -51,8 +65,13 @@ class Point:
         return dict(self.values)
 
     def name(self) -> str:
-        """``variant:K1=v1,K2=v2`` in tunable declaration order."""
+        """``variant:K1=v1,K2=v2`` in tunable declaration order (how it is shown and recorded)."""
         return self.variant + ":" + ",".join(f"{k}={v}" for k, v in self.values)
+
+    @property
+    def ident(self) -> str:
+        """The point's identity (:func:`point_id`)."""
+        return point_id(self.variant, self.config)
 
     @classmethod
     def of(cls, variant: str, config: Mapping[str, Any], names: Iterable[str]) -> Point:

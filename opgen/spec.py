@@ -358,13 +358,13 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
         if name not in sig.tensors and name not in sig.outputs and name not in params:
             raise SpecError(file, "api.launch_args", "tensor, output, scalar or param names", name)
     for name, target in spec.baselines.items():
-        if target.startswith("variant:"):
-            for item in target.removeprefix("variant:").split(","):
-                axis, _, option = item.partition("=")
-                if axis not in axes or option not in axes[axis]:
-                    raise SpecError(file, f"baselines.{name}", "variant:AXIS=OPTION,... over the spec's axes", item)
-        elif ":" not in target:
+        forced = forced_axes(target)
+        if forced is None and ":" not in target:
             raise SpecError(file, f"baselines.{name}", "module:function or variant:AXIS=OPTION,...", target)
+        for axis, option in (forced or {}).items():
+            if axis not in axes or option not in axes[axis]:
+                raise SpecError(file, f"baselines.{name}", "variant:AXIS=OPTION,... over the spec's axes",
+                                f"{axis}={option}")
     if spec.traffic_bytes is not None:
         _check_names(file, "traffic_bytes", spec.traffic_bytes, params)
     for set_name, rows in spec.cases.items():
@@ -373,6 +373,14 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
                 if key not in inputs and key != "dtype":
                     raise SpecError(file, f"cases.{set_name}.{i}.{key}",
                                     "a dim symbol, a scalar or dtype", key)
+
+
+def forced_axes(target: str) -> dict[str, str] | None:
+    """The axes a ``variant:AXIS=OPTION,...`` baseline forces (the op itself with those options),
+    or None for a ``module:function`` baseline."""
+    if not target.startswith("variant:"):
+        return None
+    return dict(item.partition("=")[::2] for item in target.removeprefix("variant:").split(","))
 
 
 def load_spec(path: str | Path, root: str | Path | None = None) -> OpSpec:

@@ -19,9 +19,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .records import (CheckRecord, Key, Record, RecordFile, TrialRecord, WinnerRecord, key_of, read,
-                      sort_key, split_key_field)
-from .space import budget_bytes, case_inputs, find_variant, is_legal
+from .keys import Key, key_of, sort_key, split_key_field
+from .records import CheckRecord, Record, RecordFile, TrialRecord, WinnerRecord, read
+from .space import budget_bytes, case_inputs, find_variant, is_legal, parse_point_name, point_id
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
@@ -30,12 +30,19 @@ __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_
 
 
 class Row(NamedTuple):
-    """One table row: the key, the chosen variant, its tunables in declaration order, a comment."""
+    """One table row: the key, the chosen variant and its tunables in declaration order, the
+    winner record they come from, and the tuned key it was filled from (None: tuned here)."""
 
     key: Key
     variant: str
     point: dict[str, Any]
-    comment: str
+    winner: WinnerRecord
+    source: Key | None = None
+
+    @property
+    def comment(self) -> str:
+        """Where the row comes from and what its winner measured, for a person."""
+        return (f"from {self.source!r}, " if self.source is not None else "") + comment_of(self.winner)
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,8 @@ def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mappin
     return legal and fits
 
 
-def _comment(rec: WinnerRecord) -> str:
+def comment_of(rec: WinnerRecord) -> str:
+    """What a winner measured, for a person: median, flush, on-chip bytes, spills, date."""
     parts = [f"median {rec.median_ms:.4f} ms" + (" (writing flush)" if rec.flush == "write" else "")]
     if rec.budget is not None:
         reported = "" if rec.budget.reported is None else f" (reported {rec.budget.reported})"
@@ -162,7 +170,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     records = read_keyed(spec, chip, path)
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
-    rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, _comment(r)) for k, r in fresh.items()]
+    rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
     filled = fill_nearest(spec, chip, fresh) if fill else []
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
@@ -208,7 +216,7 @@ def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winn
     others = {k: w for k, w in tuned.items() if k != key}
     row = next((r for r in fill_nearest(spec, chip, others) if r.key == key), None)
     if row is not None:
-        return row.variant, row.point, row.comment.split(", median")[0]
+        return row.variant, row.point, f"from {row.source!r}"
     point = default_point(spec, chip, params)
     return point.variant, dict(point.config), None
 
@@ -253,15 +261,15 @@ def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[
     short, or run without its journal, cannot replace a row with a point it never measured
     against it."""
     held: dict[Key, WinnerRecord] = {}
-    faced: dict[Key, set[tuple[str, frozenset[str]]]] = {}
+    faced: dict[Key, set[str]] = {}
     for rec in records:
         if isinstance(rec, TrialRecord):
-            faced.setdefault(rec.key, set()).add(_ident(rec.variant, rec.point))
+            faced.setdefault(rec.key, set()).add(point_id(rec.variant, rec.point))
         elif isinstance(rec, WinnerRecord):
             cur = held.get(rec.key)
-            mine = _ident(cur.variant, cur.point) if cur is not None else None
-            if (cur is None or mine == _ident(rec.variant, rec.point) or mine in faced.get(rec.key, set())
-                    or mine in {_ident(*_parse_name(n)) for n in rec.remeasured_ms}
+            mine = point_id(cur.variant, cur.point) if cur is not None else None
+            if (cur is None or mine == point_id(rec.variant, rec.point) or mine in faced.get(rec.key, set())
+                    or mine in {point_id(*parse_point_name(n)) for n in rec.remeasured_ms}
                     or not _current(spec, chip, path, cur, kernel_hashes)):
                 held[rec.key] = rec
             faced[rec.key] = set()
@@ -276,17 +284,6 @@ def _current(spec: OpSpec, chip: ChipProfile, path: Path, rec: WinnerRecord,
     except RecordError:
         return False
     return _stale_reason(spec, chip, rec, params, kernel_hashes) is None
-
-
-def _ident(variant: str, point: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
-    """A point's identity, whatever the order of its tunables."""
-    return variant, frozenset(f"{k}={v}" for k, v in point.items())
-
-
-def _parse_name(name: str) -> tuple[str, dict[str, str]]:
-    """``variant:K1=v1,K2=v2`` (``Point.name``) as variant and values (as text)."""
-    variant, _, values = name.partition(":")
-    return variant, dict(item.split("=", 1) for item in values.split(",") if "=" in item)
 
 
 def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
@@ -354,7 +351,7 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     indices, ties to the larger buckets, then key order) whose variant is legal and within budget
     on a representative shape of the target: the source case with each moved plain-name field set
     to the bucket's upper edge (last edge + 1 past the last). A key with no such row stays
-    unfilled (it takes the spec's default). Comments start ``from <source key>``.
+    unfilled (it takes the spec's default). Each row names its source key.
     """
     fields_ = list(spec.dispatch.key.values())
     bucketed = [i for i, f in enumerate(fields_) if split_key_field(f)[1]]
@@ -377,7 +374,7 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
                 rec = tuned[src]
                 if _fill_fits(spec, chip, rec, src, target, bucketed, free):
                     point = {n: rec.point[n] for n in tunables}
-                    rows.append(Row(target, rec.variant, point, f"from {src!r}, {_comment(rec)}"))
+                    rows.append(Row(target, rec.variant, point, rec, src))
                     break
     return rows
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import bench
-
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget")
+from .errors import WorkerError
+from .records import STATUSES  # noqa: F401  (a Result's status is one of them)
 
 # Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).
@@ -36,7 +36,6 @@ class Task:
     """One point of one case to compile, check and (optionally) time.
 
     Attributes:
-        root: project root (``generated/`` and ``specs/`` live there).
         op, rendering, variant: which generated kernel module.
         point: tunable values.
         case: the case row (dims, dtype, optional scalars).
@@ -46,7 +45,6 @@ class Task:
         timed: False to only compile and check.
     """
 
-    root: str
     op: str
     rendering: str
     variant: str
@@ -97,20 +95,19 @@ def _classify(exc: BaseException) -> str:
     return "compile_error"
 
 
-class _State:
-    """Per-process caches: specs, backends, and each case's inputs and golden outputs."""
+class WorkerState:
+    """A measuring process's state: the op's spec (given by value, never read again from disk), caches of
+    backends and of each case's inputs and golden outputs."""
 
-    def __init__(self) -> None:
-        self.specs: dict[str, Any] = {}
+    def __init__(self, spec: Any) -> None:
+        self.op_spec = spec
         self.backends: dict[tuple[str, str], Any] = {}
         self.cases: dict[tuple, dict[str, Any]] = {}
 
     def spec(self, task: Task):
-        from .spec import load_spec
-
-        if task.op not in self.specs:
-            self.specs[task.op] = load_spec(os.path.join(task.root, "specs", f"{task.op}.yaml"), task.root)
-        return self.specs[task.op]
+        if task.op != self.op_spec.op:
+            raise ValueError(f"a worker of {self.op_spec.op} was sent a task of {task.op}")
+        return self.op_spec
 
     def backend(self, task: Task):
         from .backends import get_backend
@@ -210,11 +207,10 @@ def _reported(compiled: Any) -> dict[str, int]:
     return out
 
 
-def run_task(task: Task, state: _State | None = None) -> Result:
+def run_task(task: Task, state: WorkerState) -> Result:
     """Compile, check and time one point in this process (the worker's body)."""
     from . import accuracy
 
-    state = state or _State()
     start = time.perf_counter()
     spec = state.spec(task)
     backend = state.backend(task)
@@ -261,8 +257,9 @@ def run_task(task: Task, state: _State | None = None) -> Result:
                   _reported(compiled), time.perf_counter() - start)
 
 
-def _serve(conn, root: str, env: dict[str, str]) -> None:
-    """Worker process loop: run tasks until told to stop or the device context is suspect.
+def _serve(conn, root: str, env: dict[str, str], spec: Any) -> None:
+    """Worker process loop: run tasks of ``spec``'s op until told to stop or the device context
+    is suspect.
 
     ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import)."""
     os.environ.update(env)
@@ -271,7 +268,7 @@ def _serve(conn, root: str, env: dict[str, str]) -> None:
     import triton  # noqa: F401
 
     conn.send("ready")
-    state = _State()
+    state = WorkerState(spec)
     while True:
         try:
             task = conn.recv()
@@ -289,9 +286,16 @@ def _serve(conn, root: str, env: dict[str, str]) -> None:
 
 
 class Worker:
-    """A replaceable worker process with a per-task timeout."""
+    """A replaceable worker process with a per-task timeout, serving tasks of one op.
 
-    def __init__(self, root: str, env: dict[str, str] | None = None) -> None:
+    Args:
+        spec: the op's spec, handed to each process it starts (a process never reads specs).
+        root: the project root (its ``generated/`` is imported).
+        env: environment variables set in the process before it imports triton.
+    """
+
+    def __init__(self, spec: Any, root: str, env: dict[str, str] | None = None) -> None:
+        self.spec = spec
         self.root = root
         self.env = dict(env or {})
         self._ctx = mp.get_context("spawn")
@@ -300,7 +304,8 @@ class Worker:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_serve, args=(child, self.root, self.env), daemon=True)
+        self._proc = self._ctx.Process(target=_serve, args=(child, self.root, self.env, self.spec),
+                                       daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
@@ -311,7 +316,8 @@ class Worker:
         if not ready:
             code = self._proc.exitcode
             self.close(kill=True)
-            raise RuntimeError(f"worker process did not start within {_STARTUP_SECONDS} s (exit code {code})")
+            raise WorkerError(f"did not start within {_STARTUP_SECONDS} s (exit code {code}); its imports "
+                              "(torch, triton, the generated package) failed or hung")
 
     def run(self, task: Task, timeout: float) -> Result:
         """Run ``task``; a hang past ``timeout`` seconds or a dead process becomes a status."""

@@ -21,7 +21,7 @@ from opgen.compare import case_id  # noqa: E402
 from opgen.hardware import profile  # noqa: E402
 from opgen.space import case_inputs, evaluate_params, forced_point, is_legal, variants_for  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.worker import Task, run_task  # noqa: E402
+from opgen.worker import Task, WorkerState, run_task  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int, default=None, help="only the case at this index")
     args = parser.parse_args(argv)
     spec = load_spec(ROOT / "specs" / f"{args.op}.yaml", ROOT)
+    state = WorkerState(spec)
     chip = profile(args.chip)
     bar = spec.accuracy.max_rel_l2 or {}
     failed = 0
@@ -44,11 +45,11 @@ def main(argv: list[str] | None = None) -> int:
             if not is_legal(spec, variant, params):
                 continue
             point = forced_point(spec, chip, variant, params).config
-            task = Task(root=str(ROOT), op=spec.op, rendering=chip.rendering, variant=variant.name,
+            task = Task(op=spec.op, rendering=chip.rendering, variant=variant.name,
                         point=tuple(sorted(point.items())), case=tuple(sorted(row.items())),
                         backend=chip.backend, device=args.device, programs=chip.cores or 1,
                         max_rel_l2=bar.get(row.get("dtype")), timed=False)
-            result = run_task(task)
+            result = run_task(task, state)
             errors = " ".join(f"{k}={v:.1e}" for k, v in result.error.items() if k.endswith("rel_l2")
                               and not k.endswith("ref_rel_l2"))
             print(f"{case_id(row):<36} {flags:<28} {variant.name:<28} {result.status:<13} {result.seconds:6.1f}s  "

@@ -20,13 +20,14 @@ from opgen.hardware import profile  # noqa: E402
 from opgen.records import key_of, latest_winners, read, record_path  # noqa: E402
 from opgen.space import case_inputs, evaluate_params  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.worker import Task, run_task  # noqa: E402
+from opgen.worker import Task, WorkerState, run_task  # noqa: E402
 
 OP = "chunk_gla_fwd_o_gk"
 
 
 def main(cases: str = "bench_fla", rounds: int = 3, dtype: str | None = None) -> int:
     spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
+    state = WorkerState(spec)
     chip = profile("h200")
     winners = latest_winners(read(record_path(ROOT, "h200", OP), op=OP, chip="h200").records)
     combos = list(itertools.product((False, True), repeat=2))
@@ -41,10 +42,10 @@ def main(cases: str = "bench_fla", rounds: int = 3, dtype: str | None = None) ->
         for _ in range(rounds):
             for early, evict in combos:
                 point = {**won.point, "EARLY_INTRA": early, "EVICT_H": evict}
-                task = Task(root=str(ROOT), op=OP, rendering="cuda", variant=won.variant,
+                task = Task(op=OP, rendering="cuda", variant=won.variant,
                             point=tuple(sorted(point.items())), case=tuple(sorted(row.items())), backend="cuda",
                             device="cuda:0", programs=chip.cores, max_rel_l2=spec.accuracy.max_rel_l2.get(row["dtype"]))
-                result = run_task(task)
+                result = run_task(task, state)
                 if result.status != "ok":
                     print(f"{case_id(row):<36} {won.variant} early={early} evict={evict}: {result.status} "
                           f"{result.reason[:200]}", flush=True)

@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def toy_op(tmp_path_factory):
     root = tmp_path_factory.mktemp("toyapi")
     shutil.copytree(Path(__file__).parent / "toy_project", root, dirs_exist_ok=True)
-    shutil.copytree(ROOT / "templates" / "_opgen", root / "templates" / "_opgen")
     freeze.write(root, freeze.build_all(root))
     shutil.move(str(root / "generated"), str(root / "toygen"))  # `generated` is this repo's package
     sys.path.insert(0, str(root))

@@ -93,9 +93,9 @@ def test_bench_on_devices_writes_the_merged_json_with_the_agreement(tmp_path, mo
     ids = [case_id(row) for row in spec.expand_cases("official")]
     calls = []
 
-    def fake_run_shards(argv, devices, extra):  # what each shard would write with --json
-        calls.append(argv)
-        for i, (_, path) in enumerate(extra):
+    def fake_run_shards(options, devices):  # what each shard would write with --json
+        calls.append(options)
+        for i, path in enumerate(o["json"] for o in options):
             mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
             results = [dataclasses.asdict(_result(c, {"states": 1e-3 * (i + 1)})) for c in mine]
             Path(path).write_text(json.dumps(dict(op=spec.op, generated=generated_hash(ROOT, spec.op),
@@ -106,7 +106,7 @@ def test_bench_on_devices_writes_the_merged_json_with_the_agreement(tmp_path, mo
     merged = tmp_path / "merged.json"
     assert cli.main(["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official",
                      "--devices", "cuda:0,cuda:1", "--json", str(merged)]) == 0
-    assert "--json" not in calls[0]  # each shard gets its own file
+    assert len({o["json"] for o in calls[0]}) == 2 and str(merged) not in {o["json"] for o in calls[0]}
     written = json.loads(merged.read_text())
     assert [r["case"] for r in written["results"]] == ids
     assert {r["agree"]["states"] for r in written["results"]} == {1e-3, 2e-3}

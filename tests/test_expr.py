@@ -85,6 +85,15 @@ def test_helpers():
     assert [pow2(x) for x in (0, 1, 2, 3, 64, 65)] == [1, 1, 2, 4, 64, 128]
 
 
+def test_generated_helpers_are_the_evaluated_ones():
+    rendered = {}
+    exec(python_helpers({"cdiv", "pow2", "log2", "min"}), rendered)  # noqa: S102
+    assert set(rendered) - {"__builtins__"} == {"cdiv", "pow2", "log2"}
+    assert [rendered["log2"](x) for x in (1, 2, 3, 64)] == [0, 1, 1, 6]
+    with pytest.raises(ValueError, match="non-positive"):
+        rendered["log2"](0)  # the rendered copy keeps the x <= 0 check
+
+
 def test_constant_formulas():
     assert parse(3).evaluate({}) == 3
     assert parse(True).evaluate({}) is True

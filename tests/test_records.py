@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from opgen import records, space
+from opgen import keys, records, space
 from opgen import table as tables
 from opgen.errors import RecordError
 from opgen.hardware import profile
@@ -33,7 +33,7 @@ def hashes(gla):
 
 
 def _key(spec, case):
-    return records.key_of(spec, space.evaluate_params(spec, space.case_inputs(spec, case)))
+    return keys.key_of(spec, space.evaluate_params(spec, space.case_inputs(spec, case)))
 
 
 def _winner(spec, variant="post_general_tiled", point=POINT, median=0.1234, date="2026-11-30", **case):
@@ -197,7 +197,7 @@ def test_foreign_records_are_refused(tmp_path):
 
 def test_key_of_buckets_like_the_generated_code(gla):
     assert _key(gla, BASE) == ("bfloat16", 64, False, False, 3, 3, 1)
-    assert [records.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
+    assert [keys.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
     assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 6, 0)  # 4*1*64 tasks
     assert _key(gla, {**BASE, "scale": 2.0})[2] is True
 
@@ -224,10 +224,11 @@ def test_frozen_rows_sorted_deterministic_and_commented(tmp_path, gla, hashes):
     assert tables.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
     _write(path, recs[::-1])
     assert tables.frozen_rows(gla, CHIP, path, hashes, fill=False) == table
-    keys = [row.key for row in table.rows]
-    assert keys == sorted(keys, key=records.sort_key) and len(keys) == 5 and table.stale == ()
+    found = [row.key for row in table.rows]
+    assert found == sorted(found, key=keys.sort_key) and len(found) == 5 and table.stale == ()
     row = next(r for r in table.rows if r.key == _key(gla, BASE))
-    assert row == (_key(gla, BASE), "post_general_tiled", POINT, "median 0.1234 ms, smem_bytes 57344, tuned 2026-11-30")
+    assert row[:3] == (_key(gla, BASE), "post_general_tiled", POINT) and row.source is None
+    assert row.comment == "median 0.1234 ms, smem_bytes 57344, tuned 2026-11-30"
     assert list(row.point) == list(gla.tunables_for("cuda"))
     # The latest line decides between two winners of one key that met, whatever the other lines' order.
     _write(path, recs + [_faced(_winner(gla, "fp32_general_tiled", median=0.1), recs[-1])])
@@ -294,7 +295,7 @@ def test_illegal_winner_is_an_error(tmp_path, gla, hashes):
 
 
 def _filled(table):
-    return {r.key: r for r in table.rows if r.comment.startswith("from ")}
+    return {r.key: r for r in table.rows if r.source is not None}
 
 
 def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, hashes):
@@ -306,7 +307,7 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     table = tables.frozen_rows(gla, CHIP, path, hashes)
     filled = _filled(table)
     assert table.filled == len(filled) == 2 * 168 - 3  # two groups of 6 K x 7 V x 4 tasks buckets
-    assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=records.sort_key)
+    assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=keys.sort_key)
 
     def at(base, **idx):
         pos = {"K": 4, "V": 5, "tasks": 6}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from opgen import cli, shard, tune
-from opgen.errors import UnsupportedInput
+from opgen.errors import UsageError
 from opgen.hardware import profile
 from opgen.spec import load_spec
 
@@ -18,7 +18,7 @@ from test_tune import RECORDS, _project  # noqa: E402
 
 @pytest.mark.parametrize("text", ["1", "2/2", "-1/2", "a/b", "1/0", "0/2/3", ""])
 def test_bad_shards_are_refused(text):
-    with pytest.raises(UnsupportedInput, match="--shard"):
+    with pytest.raises(UsageError, match="--shard"):
         shard.parse_shard(text)
 
 
@@ -36,15 +36,20 @@ def test_pin_shows_one_device_as_device_zero():
     assert shard.pin("cuda:3") == ({"CUDA_VISIBLE_DEVICES": "3"}, "cuda:0")
     assert shard.pin("npu:1") == ({"ASCEND_RT_VISIBLE_DEVICES": "1"}, "npu:0")
     for bad in ("cpu", "cuda", "cuda:x", "tpu:0"):
-        with pytest.raises(UnsupportedInput, match="cuda:N or npu:N"):
+        with pytest.raises(UsageError, match="cuda:N or npu:N"):
             shard.pin(bad)
-    with pytest.raises(UnsupportedInput, match="twice"):
-        shard.run_shards(["build"], ["cuda:0", "cuda:0"])
+    with pytest.raises(UsageError, match="twice"):
+        shard.run_shards([{}, {}], ["cuda:0", "cuda:0"])
 
 
-def test_without_drops_an_option_and_its_value():
-    argv = ["tune", "op", "--devices", "cuda:0,cuda:1", "--trials", "3", "--devices=x", "--cross-check"]
-    assert cli._without(argv, "--devices") == ["tune", "op", "--trials", "3", "--cross-check"]
+def test_shard_processes_get_their_options_by_value(tmp_path, monkeypatch, capsys):
+    root = _project(tmp_path)
+    monkeypatch.setattr(shard, "pin", lambda device: ({}, "cpu"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    options = {"command": "build", "root": str(root), "check": True}
+    assert shard.run_shards([options, {**options, "check": False}], ["cuda:0", "cuda:1"]) == [0, 0]
+    out = capsys.readouterr().out
+    assert "[cuda:0] generated/ is up to date" in out and "[cuda:1] opgen build: " in out
 
 
 def test_bucket_shares_partition_the_campaign():
@@ -86,9 +91,10 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
     ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
     calls = []
 
-    def fake_run_shards(argv, devices, extra):  # what each shard would write with --json
-        calls.append((argv, devices))
-        for i, (_, path) in enumerate(extra):
+    def fake_run_shards(options, devices):  # what each shard would write with --json
+        calls.append(([{k: o[k] for k in ("command", "op", "baseline", "cases", "devices", "output")}
+                        for o in options], devices))
+        for i, path in enumerate(o["json"] for o in options):
             mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
             results = [CaseResult(c, 1.0, 1.5, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0).__dict__ for c in reversed(mine)]
             Path(path).write_text(_shard_json(results))
@@ -99,8 +105,9 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
     argv = ["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench_fla",
             "--devices", "cuda:0,cuda:1", "--output", str(out_file)]
     assert cli.main(argv) == 0
-    assert calls == [(["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases",
-                       "bench_fla"], ["cuda:0", "cuda:1"])]
+    shard_options = {"command": "bench", "op": "chunk_gla_fwd_o_gk", "baseline": "fla", "cases": "bench_fla",
+                     "devices": None, "output": None}
+    assert calls == [([shard_options, shard_options], ["cuda:0", "cuda:1"])]
     provenance, *table = out_file.read_text().splitlines()
     assert provenance.startswith("# chunk_gla_fwd_o_gk: generated/chunk_gla_fwd_o_gk sha256:")
     assert provenance.endswith('measured on {"device": "NVIDIA H200", "triton": "3.6.0"}')

@@ -16,11 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TOY = Path(__file__).resolve().parent / "toy_project"
 RECORDS = Path("records/interpreter/toy_op.jsonl")
+BUCKET_TEXT = {0: "N <= 64", 1: "N in (64, 4096]", 2: "N > 4096"}  # the toy key's buckets, as printed
 
 
 def _project(tmp: Path) -> Path:
     shutil.copytree(TOY, tmp, dirs_exist_ok=True)
-    shutil.copytree(ROOT / "templates" / "_opgen", tmp / "templates" / "_opgen")
     _opgen(tmp, "build")
     return tmp
 
@@ -77,7 +77,7 @@ def test_frozen_table_is_deterministic_and_stale_records_are_reported(tuned, tmp
     _opgen(root, "build")
     table = root / "generated" / "toy_op" / "table_interpreter.py"
     first = table.read_text()
-    assert "(0,): ('good', {'BLOCK':" in first and "1 tuned rows" in first
+    assert "(0,): 'good/1'," in first and "'good/1': ('good', {" in first and "1 tuned rows" in first
     _opgen(root, "build")
     assert table.read_text() == first
     assert _opgen(root, "build", "--check").returncode == 0
@@ -93,9 +93,12 @@ def test_frozen_table_is_deterministic_and_stale_records_are_reported(tuned, tmp
 def test_dry_run_counts_what_the_budget_and_constraints_cut(tmp_path):
     root = _project(tmp_path)
     out = _opgen(root, "tune", "toy_op", "--chip", "ascend910b3", "--cases", "smoke", "--dry-run").stdout
-    row = next(line for line in out.splitlines() if line.startswith("0 ") and " good " in line)
+    lines = out.splitlines()
+    first = lines.index(next(line for line in lines if line.startswith("bucket ")))
+    assert lines[first] == f"bucket {BUCKET_TEXT[0]}"  # the values the bucket stands for
+    row = next(line for line in lines[first:] if line.split()[:1] == ["good"])
     # 4 BLOCK x 2 multibuffer; BLOCK=128 > pow2(50) cut by the constraint twice; all fit the UB
-    assert row.split()[2:8] == ["8", "0", "2", "0", "6", "1"]  # ... feasible on all of the bucket's 1 case
+    assert row.split()[1:7] == ["8", "0", "2", "0", "6", "1"]  # ... feasible on all of the bucket's 1 case
     assert out.rstrip().endswith("feasible: the points that fit every case of the bucket (the ones searched)")
     assert "BLOCK <= max(16, pow2(N)) x2" in row
 
@@ -186,11 +189,11 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert {c["fill_from"] for c in checks} == {"from (0,)", "from (1,)"}
     _opgen(root, "build")
     generated = root / "generated" / "toy_op" / "table_interpreter.py"
-    assert "Cross-check: 2 of 2 tuned rows checked against their leave-one-out fill; worst loss" in generated.read_text()
+    assert "Cross-check: 2 of 2 tuned rows checked against their leave-one-out fill; worst loss" in " ".join(generated.read_text().split())
     report = _opgen(root, "records", "toy_op", "--chip", "interpreter").stdout.splitlines()
     trials = [r for r in _records(root) if r["kind"] == "trial"]
     for key in (0, 1):
-        row = next(line for line in report if line.startswith(f"{key} "))
+        row = report[report.index(BUCKET_TEXT[key]) + 1]
         ok = sum(1 for r in trials if r["key"] == [key] and r["status"] == "ok")
         assert " good " in row and row.endswith(f"  {ok} ok") and "%" in row
     assert report[-1].startswith("Cross-check: 2 of 2 tuned rows checked")
@@ -201,7 +204,7 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
             lines[i] = json.dumps({**rec, "fill_ms": rec["own_ms"] * 3})
     (root / RECORDS).write_text("\n".join(lines) + "\n")
     _opgen(root, "build")
-    assert "worst loss 200.0% at (1,) (margin 50%): FLAGGED." in generated.read_text()
+    assert "worst loss 200.0% at (1,) (margin 50%): FLAGGED." in " ".join(generated.read_text().split())  # docstring lines wrap
 
 
 def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_path):
@@ -530,7 +533,7 @@ def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
     campaign._budget = lambda *args: None
     bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
     measured = {"a": [tune.Measured(p, [Result("ok", median_ms=1.0 + i)]) for i, p in enumerate(pts)]}
-    monkeypatch.setattr("opgen.space.find_variant", lambda spec, name: None)
+    monkeypatch.setattr("opgen.side_by_side.find_variant", lambda spec, name: None)
     winner = campaign.choose(bucket, measured, held=pts[3])
     assert seen[-1] == pts and "a:BLOCK=128" in winner["remeasured_ms"]
     measured["a"][3] = tune.Measured(pts[3], [Result("wrong_result", "rel_l2=1")])

@@ -1,6 +1,6 @@
 """Backends: where a point runs and how it is timed.
 
-A backend is a small object with ``name``, ``device``, ``toolchain()``, ``synchronize()``,
+A backend is a small object with ``name``, ``device``, ``toolchain()``, ``cores()``, ``synchronize()``,
 ``timer()``, ``flush()`` and ``hold()``; :data:`BACKENDS` maps names to their classes, imported
 lazily so the driver imports where no device stack is installed. Uses ``errors``.
 """
@@ -26,6 +26,10 @@ class Backend(Protocol):
 
     def toolchain(self) -> dict[str, str]:
         """Versions that key the tuning records (triton, torch, driver stack)."""
+
+    def cores(self) -> int | None:
+        """Programs of a persistent grid on the device, from its driver (SMs, cube cores); None
+        where the chip profile's count stands (the interpreter)."""
 
     def synchronize(self) -> None:
         """Wait for queued device work."""

@@ -22,3 +22,7 @@ class CudaBackend(EventBackend):
 
         return {"triton": triton.__version__, "torch": torch.__version__.split("+")[0],
                 "cuda": str(torch.version.cuda), "device": torch.cuda.get_device_name(self.device)}
+
+    def cores(self) -> int:
+        """Streaming multiprocessors of the device, as torch reports them."""
+        return torch.cuda.get_device_properties(self.device).multi_processor_count

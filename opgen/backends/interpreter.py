@@ -12,6 +12,10 @@ class InterpreterBackend:
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
 
+    def cores(self) -> None:
+        """The interpreter has no cores to count: the chip profile's ``programs`` stand."""
+        return None
+
     def toolchain(self) -> dict[str, str]:
         """Read without importing torch (the tuner's own process never needs it here)."""
         from importlib.metadata import version

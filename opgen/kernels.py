@@ -1,0 +1,122 @@
+"""An op's inputs and its rendered kernel modules: the one place that renders them, for
+``opgen build`` (which writes them), ``opgen tune`` (which measures the generated modules and
+keys its records and studies by their hashes) and ``opgen records`` (which reports against them).
+
+Uses ``spec``, ``space``, ``render``, ``records``, ``errors``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .errors import BuildError
+from .records import kernel_hash
+from .render import environment, file_hash, header, render
+from .space import variants_for
+from .spec import OpSpec
+
+GENERATED = "generated"
+RENDERINGS = ("cuda", "npu")
+DRIVER_TEMPLATES = Path(__file__).resolve().parent / "templates"
+"""The driver's own templates (the public API, the tables): package data, shared by every project."""
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    """One file of ``generated/``: its path relative to the repository root and its text."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class KernelFile(GeneratedFile):
+    """A rendered kernel module: its rendering, variant and content hash (the records' identity)."""
+
+    rendering: str = ""
+    variant: str = ""
+
+    @property
+    def hash(self) -> str:
+        """:func:`opgen.records.kernel_hash` of the text (header lines aside)."""
+        return kernel_hash(self.text)
+
+
+@dataclass(frozen=True)
+class OpInputs:
+    """The files an op's output depends on, with their hashes for the headers."""
+
+    spec_path: str
+    spec_hash: str
+    templates_glob: str
+    templates_hash: str
+
+    def header(self, records: tuple[str, str] | None = None) -> str:
+        """The header of the op's generated modules (a table's also names its records)."""
+        rows = [("spec", self.spec_path, self.spec_hash),
+                ("templates", self.templates_glob, self.templates_hash)]
+        if records is not None:
+            rows.append(("records", *records))
+        return header(rows)
+
+
+def template_dirs(root: Path, op: str) -> list[Path]:
+    """Where an op's templates are looked up: its own, then the driver's."""
+    return [root / "templates" / op, DRIVER_TEMPLATES]
+
+
+def op_environment(root: Path, op: str) -> jinja2.Environment:
+    """The Jinja environment that renders one op."""
+    return environment(template_dirs(root, op))
+
+
+def op_inputs(root: Path, spec: OpSpec, driver: bool = True) -> OpInputs:
+    """The spec and template files of ``spec`` with their hashes; the driver's templates too
+    unless ``driver`` is False (kernel modules, which do not render through them).
+
+    Raises:
+        BuildError: without templates for the op.
+    """
+    files = sorted((root / "templates" / spec.op).glob("*.j2"))
+    if not files:
+        raise BuildError(f"no templates for {spec.op} under templates/{spec.op}/")
+    label = f"templates/{spec.op}/*.j2"
+    if driver:
+        files += sorted(DRIVER_TEMPLATES.glob("*.j2"))
+        label += ", opgen/templates/*.j2"
+    return OpInputs(f"specs/{spec.op}.yaml", file_hash([root / "specs" / f"{spec.op}.yaml"]), label,
+                    file_hash(files))
+
+
+def render_kernels(root: Path, spec: OpSpec, renderings: tuple[str, ...] = RENDERINGS,
+                   env: jinja2.Environment | None = None) -> list[KernelFile]:
+    """Every kernel module of ``spec`` for ``renderings``, in rendering then variant order."""
+    env = env or op_environment(root, spec.op)
+    head = op_inputs(root, spec, driver=False).header()
+    out = []
+    for rendering in renderings:
+        launch = [n for n, t in spec.tunables.items() if t.role == "launch" and rendering in t.domain]
+        for variant in variants_for(spec, rendering):
+            context = dict(header=head, op=spec.op, variant_name=variant.name,
+                           backend=rendering, launch_options=launch, **variant.flags)
+            out.append(KernelFile(f"{GENERATED}/{spec.op}/kernels/{rendering}/{variant.name}.py",
+                                  render(env, variant.template, context), rendering, variant.name))
+    return out
+
+
+def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:
+    """Variant name -> content hash of its kernel module for ``rendering``, as the build renders it."""
+    return {k.variant: k.hash for k in render_kernels(root, spec, (rendering,))}
+
+
+def stale_kernels(root: Path, spec: OpSpec, rendering: str) -> list[str]:
+    """The kernel modules of one rendering whose file differs from what the build renders
+    (changed or missing): the modules a tuning run would measure are not the ones it records."""
+    out = []
+    for k in render_kernels(root, spec, (rendering,)):
+        target = root / k.path
+        if not target.exists() or target.read_bytes() != k.text.encode("utf-8"):
+            out.append(k.path)
+    return out

@@ -1,0 +1,80 @@
+"""Measuring points on a bucket's cases: one by one, or a batch compiled and checked in parallel
+worker processes first. Uses ``worker``, ``search`` (``Measured``), ``plan``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from .hardware import ChipProfile
+from .plan import Bucket
+from .search import Measured
+from .space import Point, Variant, budget_bytes
+from .spec import OpSpec
+from .worker import Result, Task, Worker
+
+TaskOf = Callable[..., Task]
+"""``task_of(point, case, timed=True, protocol=None)``: the task of a point on a case."""
+
+
+def measure(worker: Worker, task_of: TaskOf, point: Point, bucket: Bucket, timeout: float) -> Measured:
+    """Run a point on every case of its bucket; stop at the first failure."""
+    out = Measured(point)
+    for case in bucket.cases:
+        result = worker.run(task_of(point, case), timeout)
+        out.results.append(result)
+        if result.status != "ok":
+            break
+    return out
+
+
+def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket], Measured], task_of: TaskOf,
+                  points_: list[Point], bucket: Bucket, timeout: float) -> list[Measured]:
+    """Measure several points: compile and check them in parallel on ``pool`` first, then time
+    the rest one by one (``measure_one``). A failure in the parallel phase is final, except a
+    timeout: the workers share the device and the host, so a slow point (a large case, a long
+    compile) may only have waited for the others; it is measured again alone, under the same
+    timeout, and a real hang costs two timeouts."""
+    if not pool or len(points_) < 2:
+        return [measure_one(p, bucket) for p in points_]
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    free: queue.Queue[Any] = queue.Queue()
+    for worker in pool:
+        free.put(worker)
+
+    def compile_one(task: Task) -> Result:
+        worker = free.get()
+        try:
+            return worker.run(task, timeout)
+        finally:
+            free.put(worker)
+
+    tasks = [task_of(p, case, timed=False) for p in points_ for case in bucket.cases]
+    with ThreadPoolExecutor(len(pool)) as threads:
+        checked = list(threads.map(compile_one, tasks))
+    out = []
+    n = len(bucket.cases)
+    for i, point in enumerate(points_):
+        failed = next((r for r in checked[i * n:(i + 1) * n] if r.status != "ok"), None)
+        final = failed is not None and failed.status != "timeout"
+        out.append(Measured(point, [failed]) if final else measure_one(point, bucket))
+    return out
+
+
+def budget_record(spec: OpSpec, profile: ChipProfile, variant: Variant, point: Point, params: dict[str, Any],
+                  reported: dict[str, int] | None = None) -> dict[str, Any] | None:
+    """A record's ``budget`` field: the spec's estimate of a point's on-chip bytes and, where the
+    compiler reported them, the real shared memory or UB bytes, registers and spills."""
+    used = budget_bytes(spec, variant, point.config, params, profile)
+    if used is None:
+        return None
+    real = reported or {}
+    value = None
+    if "shared" in real:
+        value = real["shared"]
+    elif "required_ub_bits" in real:
+        value = real["required_ub_bits"] // 8
+    out = {"kind": used[0], "estimate": used[1], "reported": value}
+    out.update({k: real[name] for k, name in (("regs", "n_regs"), ("spills", "n_spills")) if name in real})
+    return out

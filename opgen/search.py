@@ -1,0 +1,202 @@
+"""The optuna loop of one study: ask, measure, tell, over a finite set of feasible points.
+
+Exhaustive search where the feasible space is small, seeded TPE otherwise; given points are
+enqueued first; a point is never measured twice in a study, and a study resumes what its storage
+holds. The only module that imports optuna's samplers and trial states (``tune`` opens studies,
+``campaign`` storages). Uses ``space``, ``worker``, ``settings``, ``bench``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from .bench import geomean
+from .settings import Settings
+from .space import Point
+from .worker import Result
+
+
+@dataclass
+class Measured:
+    """One point's results over its bucket's cases."""
+
+    point: Point
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(r.status == "ok" for r in self.results)
+
+    @property
+    def value(self) -> float:
+        return geomean(r.median_ms for r in self.results)
+
+
+def make_sampler(settings: Settings, n_points: int):
+    """Seeded TPE for large spaces; for small ones a seeded sampler that only replays the queue
+    (every feasible point is enqueued: optuna's BruteForceSampler calls ``study.stop()``, which
+    the ask-and-tell loop refuses)."""
+    import optuna
+
+    if n_points <= settings.exhaustive_below:
+        return optuna.samplers.RandomSampler(seed=settings.seed)
+    return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, constant_liar=settings.batch > 1,
+                                      n_startup_trials=min(10, max(2, settings.trials // 3)))
+
+
+def completed(point: Point, template: Point) -> Point:
+    """``point`` with every tunable of ``template``: those it lacks (added to the spec since it was
+    recorded) take the template's value, so an earlier winner still seeds a study after an edit."""
+    have = point.config
+    return Point(point.variant, tuple((name, have.get(name, value)) for name, value in template.values))
+
+
+def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], settings: Settings,
+           deadline: float, measure: Callable[[list[Point]], list[Measured]],
+           on_trial: Callable[[int, Measured], None]) -> list[Measured]:
+    """The ask-and-tell loop of one study over a finite set of feasible points.
+
+    Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
+    measured again, and so is a point that timed out under a shorter ``point_timeout`` than this
+    run's: it may only have been slow), enqueues ``enqueue`` first (and every point when the space
+    is small), never measures a point twice, prunes suggestions outside the feasible set without
+    measuring, and stops at ``settings.trials`` measured points, the deadline or an exhausted
+    space. Points are asked ``settings.batch`` at a time (TPE with a constant liar), so
+    ``measure`` may compile a batch in parallel before timing its points one by one.
+
+    Returns:
+        Every point measured in this study, earlier runs included.
+    """
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    names, fixed = _fixed(points_)
+    searched = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names if n not in fixed}
+    feasible = {p.values: p for p in points_}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
+    seen: dict[tuple, float | None] = {}
+    measured: list[Measured] = []
+    retry: set[tuple] = set()
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
+            values = _trial_values(trial, names, fixed)
+            if timed_out_under(trial.user_attrs) < settings.point_timeout:
+                retry.add(values)
+                continue
+            retry.discard(values)
+            seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
+            if values in feasible:  # a point the spec no longer allows stays out of the results
+                measured.append(_measured_from_attrs(feasible[values], trial.user_attrs))
+    queue = list(enqueue)
+    if len(points_) <= settings.exhaustive_below:
+        import random
+
+        rest = list(points_)
+        random.Random(settings.seed).shuffle(rest)
+        queue += rest
+    for point in queue:
+        if point.values in feasible and point.values not in seen:
+            study.enqueue_trial({n: point.config[n] for n in searched},
+                                skip_if_exists=point.values not in retry)
+    distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
+    grid = math.prod(len(v) for v in searched.values())
+    asked: set[tuple] = set()
+    count = len(measured)
+    asks, max_asks = 0, 20 * settings.trials + grid
+    while count < settings.trials and time.monotonic() < deadline:
+        batch: list[tuple[Any, Point]] = []
+        pending: set[tuple] = set()
+        while (len(batch) < min(settings.batch, settings.trials - count) and asks < max_asks
+               and len(asked) < grid and len(seen) + len(pending) < len(feasible)):
+            asks += 1
+            trial = study.ask(distributions)
+            values = _trial_values(trial, names, fixed)
+            asked.add(values)
+            if values not in feasible or values in pending:
+                study.tell(trial, state=TrialState.PRUNED)
+                continue
+            if values in seen:
+                trial.set_user_attr("duplicate", True)
+                study.tell(trial, seen[values], state=None if seen[values] is not None else TrialState.FAIL)
+                continue
+            pending.add(values)
+            batch.append((trial, feasible[values]))
+        if not batch:
+            break
+        for (trial, point), result in zip(batch, measure([p for _, p in batch])):
+            for key, value in {**_attrs_of(result), "point_timeout": settings.point_timeout}.items():
+                trial.set_user_attr(key, value)
+            if result.ok:
+                study.tell(trial, result.value)
+                seen[point.values] = result.value
+            else:
+                study.tell(trial, state=TrialState.FAIL)
+                seen[point.values] = None
+            measured.append(result)
+            count += 1
+            on_trial(trial.number, result)
+    return measured
+
+
+def timed_out_under(attrs: dict[str, Any]) -> float:
+    """The point timeout under which a stored trial timed out (inf when it did not): its
+    ``point_timeout`` attribute, or for trials stored before it existed, the worker's reason."""
+    from .worker import timeout_of_reason
+
+    if "timeout" not in attrs.get("status", ()):
+        return math.inf
+    if "point_timeout" in attrs:
+        return float(attrs["point_timeout"])
+    limits = [timeout_of_reason(r) for r in attrs.get("reason", ())]
+    return min((x for x in limits if x is not None), default=math.inf)
+
+
+def _fixed(points_: tuple[Point, ...]) -> tuple[list[str], dict[str, Any]]:
+    """The tunable names of a study's feasible points, and those with one value only there (never
+    a searched param of its trials)."""
+    names = [n for n, _ in points_[0].values]
+    domains = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names}
+    return names, {n: v[0] for n, v in domains.items() if len(v) == 1}
+
+
+def _trial_values(trial: Any, names: list[str], fixed: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The point a trial measured, as ``Point.values``."""
+    return tuple((n, trial.params.get(n, fixed.get(n))) for n in names)
+
+
+def _attrs_of(m: Measured) -> dict[str, Any]:
+    return {"measured": True, "status": [r.status for r in m.results],
+            "reason": [r.reason[:500] for r in m.results],
+            "median_ms": [r.median_ms for r in m.results],
+            "error": json.dumps([r.error for r in m.results])}
+
+
+def _measured_from_attrs(point: Point, attrs: dict[str, Any]) -> Measured:
+    m = Measured(point)
+    errors = json.loads(attrs.get("error", "[]"))
+    for status, reason, median, error in zip(attrs["status"], attrs["reason"], attrs["median_ms"], errors):
+        m.results.append(Result(status, reason, median, (), error))
+    return m
+
+
+def stored_points(storage: Any, name: str, points_: tuple[Point, ...]) -> list[Measured]:
+    """Every point of ``points_`` the study ``name`` measured in earlier runs, read without
+    measuring or enqueuing (none when the study does not exist yet)."""
+    import optuna
+
+    if not points_ or name not in optuna.study.get_all_study_names(storage):
+        return []
+    study = optuna.load_study(study_name=name, storage=storage)
+    feasible = {p.values: p for p in points_}
+    names, fixed = _fixed(points_)
+    out = []
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
+            values = _trial_values(trial, names, fixed)
+            if values in feasible:
+                out.append(_measured_from_attrs(feasible[values], trial.user_attrs))
+    return out

@@ -1,0 +1,122 @@
+"""Long lines of generated Python wrapped within a width, token by token, so a module built
+from long formulas and argument lists still reads as hand-written.
+
+A line breaks only between tokens inside brackets (where Python allows a newline), its
+continuation lines indented four spaces past the statement; a long string literal inside brackets
+is split at a space into adjacent literals (an f-string only outside its braces); the value of a
+long ``return`` or assignment with no brackets to break in is put in parentheses first. Comments
+and docstrings are left to the templates. Pure text in, text out; uses nothing from opgen.
+"""
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+
+_OPEN, _CLOSE = "([{", ")]}"
+_STATEMENT = re.compile(r"^(\s*)(return |[A-Za-z_][A-Za-z0-9_, ]* = )(.*)$")
+
+
+def wrap_module(text: str, width: int = 100) -> str:
+    """``text`` with every code line longer than ``width`` wrapped (lines in triple-quoted
+    strings left as they are)."""
+    out: list[str] = []
+    in_string = False
+    for line in text.split("\n"):
+        quotes = line.count('"""') % 2 == 1
+        if in_string or quotes or len(line) <= width or line.lstrip().startswith("#"):
+            out.append(line)
+        else:
+            out.extend(wrap_line(line, width))
+        in_string ^= quotes
+    return "\n".join(out)
+
+
+def wrap_line(line: str, width: int = 100) -> list[str]:
+    """One logical line as lines of at most ``width`` where its brackets allow (else unchanged)."""
+    indent = line[: len(line) - len(line.lstrip())]
+    found = _STATEMENT.match(line)
+    source = f"{found.group(2)}({found.group(3)})" if found else line.strip()
+    tokens = _tokens(source)
+    if tokens is None:
+        return [line]
+    lines, current, depth = [], indent, 0
+    more = indent + "    "
+    for token in _keyword_units(tokens):
+        for piece in _pieces(token, width - len(more)) if depth > 0 else [token]:
+            glue = "" if not current.strip() or _tight(current, piece, depth) else " "
+            if depth > 0 and len(current) + len(glue) + len(piece) > width and current.strip():
+                lines.append(current)
+                current, glue = more, ""
+            current += glue + piece
+        depth += (token in _OPEN) - (token in _CLOSE)
+    lines.append(current)
+    return lines if all(len(x) <= width for x in lines) or len(lines) > 1 else [line]
+
+
+def _keyword_units(tokens: list[str]) -> list[str]:
+    """``tokens`` with each keyword argument's ``name=`` joined to the token after it (a line
+    never breaks between a name and its value)."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if (depth > 0 and i + 2 < len(tokens) and tokens[i + 1] == "=" and t.isidentifier()
+                and tokens[i + 2] not in _OPEN + _CLOSE):
+            out.append(t + "=" + tokens[i + 2])
+            i += 3
+            continue
+        depth += (t in _OPEN) - (t in _CLOSE)
+        out.append(t)
+        i += 1
+    return out
+
+
+def _tokens(source: str) -> list[str] | None:
+    """The tokens of one line of code, or None if it does not tokenize on its own."""
+    try:
+        toks = tokenize.generate_tokens(io.StringIO(source).readline)
+        return [t.string for t in toks if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER,
+                                                         tokenize.INDENT, tokenize.DEDENT) and t.string]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+
+
+_KEYWORDS = ("in", "and", "or", "not", "if", "else", "is", "return", "for", "lambda")
+
+
+def _tight(current: str, piece: str, depth: int) -> bool:
+    """Whether ``piece`` follows the text so far without a space (as a formatter writes it);
+    ``=`` is tight only as a keyword argument (inside brackets)."""
+    last = current[-1]
+    word = re.search(r"[A-Za-z_]+$", current)
+    if piece in ",:)]}" or last in "([{" or piece == ".":
+        return True
+    if piece in "([" and word is not None and word.group(0) in _KEYWORDS:
+        return False
+    if last == "." or (piece in "([" and (last.isalnum() or last in "_)]'\"")):
+        return True
+    if depth == 0:
+        return False
+    return (last == "=" and not current.endswith((" =", "==", "<=", ">=", "!="))) \
+        or (piece == "=" and (last.isalnum() or last == "_"))
+
+
+def _pieces(token: str, room: int) -> list[str]:
+    """A string literal longer than ``room`` as adjacent literals split at spaces (an f-string
+    only outside braces); any other token whole."""
+    match = re.match(r"^([rRbBfF]*)(['\"])(.*)\2$", token, re.S)
+    if match is None or len(token) <= room or match.group(2) * 3 in token:
+        return [token]
+    prefix, quote, body = match.groups()
+    parts, start, depth, cut = [], 0, 0, None
+    for i, ch in enumerate(body):
+        depth += (ch == "{") - (ch == "}") if "f" in prefix.lower() else 0
+        if len(prefix) + 2 + i + 1 - start > room - 1 and cut is not None:
+            parts.append(body[start:cut])
+            start, cut = cut, None
+        if ch == " " and depth == 0:
+            cut = i + 1
+    parts.append(body[start:])
+    return [f"{prefix}{quote}{p}{quote}" for p in parts if p]

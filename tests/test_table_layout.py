@@ -1,0 +1,61 @@
+"""The frozen table as written: named configs, tuned rows, fill ranges. Its lookup gives every key
+the row the freeze chose (filled keys included) and no range takes a key the freeze left to the
+spec's default; generated modules keep their lines within 100 characters."""
+import itertools
+from pathlib import Path
+
+import pytest
+
+from opgen import records
+from opgen.hardware import profile
+from opgen.kernels import kernel_hashes
+from opgen.keys import bucket_range, split_key_field
+from opgen.spec import load_spec
+from opgen.table import frozen_rows
+from opgen.table_layout import config_names, fill_ranges
+from opgen.wrap import wrap_line
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bucket_ranges_read_as_the_values_they_stand_for():
+    edges = (32, 64, 96, 128)
+    assert [bucket_range("K", edges, i) for i in range(5)] == [
+        "K <= 32", "K in (32, 64]", "K in (64, 96]", "K in (96, 128]", "K > 128"]
+    assert bucket_range("K", edges, 1, 2) == "K in (32, 96]" and bucket_range("K", edges, 0, 4) == "K any"
+
+
+@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"])
+def test_fill_ranges_serve_every_filled_key_and_nothing_else(op):
+    spec, chip = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT), profile("h200")
+    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))
+    names = config_names(table.rows)
+    fills = fill_ranges(spec, table.rows, names)
+    fields = list(spec.dispatch.key.values())
+    bucketed = [i for i, f in enumerate(fields) if split_key_field(f)[1]]
+    counts = [len(split_key_field(fields[i])[1]) + 1 for i in bucketed]
+    rows = {r.key: names[(r.variant, tuple(r.point.items()))] for r in table.rows}
+    tuned = {r.key for r in table.rows if r.source is None}
+    assert table.filled > 0 and len(fills) < table.filled / 10
+    for plain in {tuple(v for i, v in enumerate(k) if i not in bucketed) for k in rows}:
+        for index in itertools.product(*(range(n) for n in counts)):
+            it, ip = iter(index), iter(plain)
+            key = tuple(next(it) if i in bucketed else next(ip) for i in range(len(fields)))
+            held = {f.config for f in fills if f.plain == plain
+                    and all(lo <= x <= hi for x, (lo, hi) in zip(index, f.ranges))}
+            if key in tuned:
+                continue
+            assert held == ({rows[key]} if key in rows else set()), key
+
+
+def test_long_lines_wrap_inside_brackets_into_valid_python():
+    import ast
+
+    line = "    x = f(" + ", ".join(f"name_{i}=value_{i}" for i in range(20)) + ") if c else 'long text ' * 3"
+    wrapped = wrap_line(line, 60)
+    assert all(len(s) <= 60 for s in wrapped) and len(wrapped) > 2
+    assert ast.dump(ast.parse("\n".join(wrapped).strip())) == ast.dump(ast.parse(line.strip()))
+    message = '    raise E(f"{name} must be contiguous (strides {x.stride()} for shape {tuple(x.shape)}) now")'
+    wrapped = wrap_line(message, 50)
+    assert all(len(s) <= 50 for s in wrapped)
+    assert ast.dump(ast.parse("\n".join(wrapped).strip())) == ast.dump(ast.parse(message.strip()))

@@ -1,0 +1,59 @@
+"""Template headers say what the build passes: the names after ``Expects:`` in a template's
+``{# ... #}`` header are the names the template reads, and the build passes each of them."""
+import re
+from pathlib import Path
+
+import pytest
+from jinja2 import meta, nodes
+
+from opgen import freeze, kernels
+from opgen.render import environment
+
+ROOT = Path(__file__).resolve().parents[1]
+# every template rendered with a context of its own (included pieces read their includer's names)
+TEMPLATES = [p for p in sorted(kernels.DRIVER_TEMPLATES.glob("*.j2")) + sorted(ROOT.glob("templates/*/*.j2"))
+             if "Expects:" in p.read_text()]
+
+
+def _expects(text: str) -> set[str]:
+    """The names of the header's ``Expects:`` sentence (remarks in parentheses left out)."""
+    header = text[text.index("{#") + 2:text.index("#}")]
+    found = re.search(r"Expects:(.*?)\.(\s|$)", header, re.S)
+    assert found, "the header has no Expects: sentence"
+    names = re.sub(r"\([^)]*\)", "", found.group(1))
+    return {n.strip() for n in names.replace("\n", " ").split(",") if n.strip()}
+
+
+@pytest.fixture(scope="module")
+def passed(tmp_path_factory):
+    """Template name -> the context names the build passes it (over both ops)."""
+    seen: dict[str, set[str]] = {}
+    real = freeze.render
+
+    def spy(env, template, context, *width):
+        seen.setdefault(template, set()).update(context)
+        return real(env, template, context, *width)
+
+    freeze.render = kernels.render = spy
+    try:
+        freeze.build_all(ROOT)
+    finally:
+        freeze.render = kernels.render = real
+    return seen
+
+
+def test_every_kernel_and_driver_template_is_covered():
+    names = {p.name for p in TEMPLATES}
+    assert {"api.py.j2", "table.py.j2", "chunk_o.py.j2", "bwd_fwd.py.j2", "folded.py.j2"} <= names
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda p: p.name)
+def test_header_names_what_the_template_reads_and_the_build_passes(path, passed):
+    text = path.read_text()
+    env = environment([path.parent])
+    tree = env.parse(text)
+    assigned = {a.target.name for a in tree.find_all(nodes.Assign) if isinstance(a.target, nodes.Name)}
+    reads = meta.find_undeclared_variables(tree) - assigned  # a name set in branches reads as free
+    expects = _expects(text)
+    assert expects == reads, f"header lists {sorted(expects - reads)} unread, misses {sorted(reads - expects)}"
+    assert expects <= passed[path.name], f"the build does not pass {sorted(expects - passed[path.name])}"
