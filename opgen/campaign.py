@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable
 
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
+from .keys import key_text
 from .records import Record
 from .space import Point
 from .spec import OpSpec
@@ -48,13 +49,13 @@ def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
     return sink
 
 
-def summary(winners: list[dict[str, Any]], key_names: tuple[str, ...]) -> str:
-    """The end-of-campaign table: one row per bucket."""
-    lines = [f"{'key (' + ', '.join(key_names) + ')':<56} {'variant':<28} {'median ms':>10}  point"]
+def summary(spec: OpSpec, winners: list[dict[str, Any]]) -> str:
+    """The end-of-campaign table: per bucket, the shapes it stands for, then its winner."""
+    lines = [f"{'variant':<28} {'median ms':>10}  point"]
     for w in winners:
-        key = ",".join(str(k) for k in w["key"])
         point = ",".join(f"{k}={v}" for k, v in w["point"].items())
-        lines.append(f"{key:<56} {w['variant']:<28} {w['median_ms']:>10.4f}  {point}")
+        lines.append(f"{key_text(spec, tuple(w['key']))}:")
+        lines.append(f"  {w['variant']:<26} {w['median_ms']:>10.4f}  {point}")
     return "\n".join(lines)
 
 

@@ -123,14 +123,14 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     rivals = rival_plans(spec, chip, rows, plans, variants) if variants and args.trials > 0 else []
     if args.trials > 0:
         winners = campaign.run(plans, earlier, rivals, standing)
-        print(campaign_mod.summary(winners, tuple(spec.dispatch.key)))
+        print(campaign_mod.summary(spec, winners))
         print(f"records: {path}; run `opgen build` to freeze them")
     if args.cross_check or args.cross_check_all:
         from .table import fresh_winners
 
         tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
         checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
-        print(cross_report(checks, args.cross_margin))
+        print(cross_report(spec, checks, args.cross_margin))
     return 0
 
 

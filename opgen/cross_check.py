@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .hardware import ChipProfile
-from .keys import sort_key
+from .keys import key_text, sort_key
 from .plan import Bucket
 from .space import Point
 from .spec import OpSpec
@@ -82,25 +82,28 @@ def _finite(t: float) -> float | None:
     return t if math.isfinite(t) else None
 
 
-def cross_report(checks: list[CrossCheck], margin: float) -> str:
-    """The cross-check table and its verdict: flagged when the worst loss exceeds ``margin``."""
-    lines = [f"{'key':<40} {'own ms':>9} {'fill ms':>9} {'loss':>8}  fill from"]
+def cross_report(spec: OpSpec, checks: list[CrossCheck], margin: float) -> str:
+    """The cross-check table and its verdict: flagged when the worst loss exceeds ``margin``.
+    Each bucket is named by the shapes it stands for (:func:`opgen.keys.key_text`)."""
+    lines = [f"{'own ms':>11} {'fill ms':>9} {'loss':>8}  fill from"]
     for c in checks:
-        lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {c.fill_ms:>9.4f} "
-                     f"{c.loss:>8.1%}  {c.fill_from or 'spec default'}: {c.fill.name()}")
+        lines.append(f"{key_text(spec, c.key)}:")
+        lines.append(f"  {c.own_ms:>9.4f} {c.fill_ms:>9.4f} {c.loss:>8.1%}  "
+                     f"{c.fill_from or 'spec default'}: {c.fill.name()}")
     if checks:
         worst = max(checks, key=lambda c: c.loss)
         verdict = "FLAGGED" if worst.loss > margin else "ok"
-        lines.append(f"{verdict}: worst leave-one-out loss {worst.loss:.1%} at {worst.key} (margin {margin:.0%})")
+        lines.append(f"{verdict}: worst leave-one-out loss {worst.loss:.1%} at {key_text(spec, worst.key)} "
+                     f"(margin {margin:.0%})")
     every = [c for c in checks if c.others]
     if every:  # --cross-check-all: the fastest of all the points measured beside each own winner
-        lines.append(f"{'key':<40} {'own ms':>9} {'best ms':>9} {'loss':>8}  fastest other winner there")
+        lines.append(f"{'own ms':>11} {'best ms':>9} {'loss':>8}  fastest other winner there")
         beaten = 0
         for c in every:
             source, point, ms = c.best_other
             beaten += ms * (1.0 + margin) < c.own_ms
-            lines.append(f"{','.join(map(str, c.key)):<40} {c.own_ms:>9.4f} {ms:>9.4f} "
-                         f"{ms / c.own_ms - 1.0:>8.1%}  {source}: {point.name()}")
+            lines.append(f"{key_text(spec, c.key)}:")
+            lines.append(f"  {c.own_ms:>9.4f} {ms:>9.4f} {ms / c.own_ms - 1.0:>8.1%}  {source}: {point.name()}")
         lines.append(f"{beaten} of {len(every)} own winners beaten by another bucket's winner by more than "
                      f"the margin (their searches missed it)")
     return "\n".join(lines)

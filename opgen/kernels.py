@@ -16,6 +16,7 @@ from .records import kernel_hash
 from .render import environment, file_hash, header, render
 from .space import variants_for
 from .spec import OpSpec
+from .wrap import wrap_source
 
 GENERATED = "generated"
 RENDERINGS = ("cuda", "npu")
@@ -33,15 +34,20 @@ class GeneratedFile:
 
 @dataclass(frozen=True)
 class KernelFile(GeneratedFile):
-    """A rendered kernel module: its rendering, variant and content hash (the records' identity)."""
+    """A rendered kernel module: its rendering, variant and content hash (the records' identity).
+
+    ``text`` is what the build writes: ``source``, the template's output, with its lines wrapped
+    within 100 characters (:func:`opgen.wrap.wrap_source`, which changes no statement)."""
 
     rendering: str = ""
     variant: str = ""
+    source: str = ""
 
     @property
     def hash(self) -> str:
-        """:func:`opgen.records.kernel_hash` of the text (header lines aside)."""
-        return kernel_hash(self.text)
+        """:func:`opgen.records.kernel_hash` of the template's output (header lines aside), so
+        that the wrapping of the written module is no change of the kernel."""
+        return kernel_hash(self.source)
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,9 @@ def render_kernels(root: Path, spec: OpSpec, renderings: tuple[str, ...] = RENDE
         for variant in variants_for(spec, rendering):
             context = dict(header=head, op=spec.op, variant_name=variant.name,
                            backend=rendering, launch_options=launch, **variant.flags)
+            source = render(env, variant.template, context)
             out.append(KernelFile(f"{GENERATED}/{spec.op}/kernels/{rendering}/{variant.name}.py",
-                                  render(env, variant.template, context), rendering, variant.name))
+                                  wrap_source(source), rendering, variant.name, source))
     return out
 
 

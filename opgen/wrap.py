@@ -10,6 +10,7 @@ and docstrings are left to the templates. Pure text in, text out; uses nothing f
 from __future__ import annotations
 
 import io
+import textwrap
 import re
 import tokenize
 
@@ -84,6 +85,8 @@ def _tokens(source: str) -> list[str] | None:
 
 
 _KEYWORDS = ("in", "and", "or", "not", "if", "else", "is", "return", "for", "lambda")
+# a sign that follows an operator, a bracket, a comma or a keyword: unary, written tight
+_UNARY = re.compile(r"(^|[(\[{,=+\-*/%<>:]|\b(?:return|and|or|not|in|if|else|is))\s*[-+~]$")
 
 
 def _tight(current: str, piece: str, depth: int) -> bool:
@@ -91,6 +94,10 @@ def _tight(current: str, piece: str, depth: int) -> bool:
     ``=`` is tight only as a keyword argument (inside brackets)."""
     last = current[-1]
     word = re.search(r"[A-Za-z_]+$", current)
+    if piece == ":" and last == ",":
+        return False
+    if last in "-+~" and _UNARY.search(current):
+        return True
     if piece in ",:)]}" or last in "([{" or piece == ".":
         return True
     if piece in "([" and word is not None and word.group(0) in _KEYWORDS:
@@ -120,3 +127,100 @@ def _pieces(token: str, room: int) -> list[str]:
             cut = i + 1
     parts.append(body[start:])
     return [f"{prefix}{quote}{p}{quote}" for p in parts if p]
+
+
+def wrap_prose(text: str, width: int = 100) -> str:
+    """``text`` with long comments and docstring lines filled within ``width`` words at a time:
+    a comment line in place, a trailing comment moved onto its own lines above its code (then
+    wrapped as :func:`wrap_line` does), a docstring line at its own indentation. A word longer
+    than the room is left whole."""
+    out: list[str] = []
+    in_string = False
+    for line in text.split("\n"):
+        quotes = line.count('"""') % 2 == 1
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        if len(line) <= width:
+            out.append(line)
+        elif in_string and not quotes:
+            out.extend(_fill(indent, "", stripped, width))
+        elif in_string and stripped.endswith('"""') and stripped.count('"""') == 1:
+            body = _fill(indent, "", stripped[:-3], width - 3)
+            out.extend(body[:-1] + [body[-1] + '"""'])
+        elif not in_string and quotes and stripped.startswith('"""'):
+            body = _fill(indent, "", stripped[3:], width - 3)
+            out.extend([indent + '"""' + body[0].lstrip()] + body[1:])
+        elif not in_string and stripped.startswith('"""') and stripped.endswith('"""') and len(stripped) > 6:
+            body = _fill(indent, "", stripped[3:-3], width - 6)
+            body[0] = indent + '"""' + body[0].lstrip()
+            out.extend(body[:-1] + [body[-1] + '"""'])
+        elif not in_string and stripped.startswith("#"):
+            out.extend(_fill(indent, "# ", stripped.lstrip("#").strip(), width))
+        elif not in_string and not quotes and (split := _trailing_comment(line)) is not None:
+            code, comment = split
+            out.extend(_fill(indent, "# ", comment, width))
+            out.extend([code] if len(code) <= width else wrap_line(code, width))
+        else:
+            out.append(line)
+        in_string ^= quotes
+    return "\n".join(out)
+
+
+def _fill(indent: str, marker: str, words: str, width: int) -> list[str]:
+    """``words`` as lines of ``indent + marker + text`` within ``width``."""
+    room = max(width - len(indent) - len(marker), 20)
+    pieces = textwrap.wrap(words, room, break_long_words=False, break_on_hyphens=False) or [""]
+    return [(indent + marker + p).rstrip() for p in pieces]
+
+
+def _trailing_comment(line: str) -> tuple[str, str] | None:
+    """(code, comment text) of a line of code that ends in a comment, or None."""
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    comments = [t for t in toks if t.type == tokenize.COMMENT]
+    if len(comments) != 1:
+        return None
+    start = len(line) - len(line.lstrip()) + comments[0].start[1]
+    code = line[:start].rstrip()
+    return (code, comments[0].string.lstrip("#").strip()) if code.strip() else None
+
+
+def wrap_statements(text: str, width: int = 100) -> str:
+    """``text`` with every statement that spans several lines, one of them longer than ``width``,
+    joined and wrapped again as :func:`wrap_line` does (statements with comments, backslashes
+    or multi-line strings left as they are)."""
+    lines = text.split("\n")
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return text
+    spans: list[tuple[int, int]] = []
+    first, clean = None, True
+    for tok in tokens:
+        if tok.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                        tokenize.ENCODING, tokenize.ENDMARKER) and first is None:
+            continue
+        if first is None:
+            first, clean = tok.start[0], True
+        if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start[0] != tok.end[0]):
+            clean = False
+        if tok.type == tokenize.NEWLINE:
+            last = tok.start[0]
+            rows = range(first - 1, last)
+            if (clean and last > first and any(len(lines[r]) > width for r in rows)
+                    and not any(lines[r].rstrip().endswith("\\") for r in rows)):
+                spans.append((first - 1, last))
+            first = None
+    for start, end in reversed(spans):
+        indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
+        joined = indent + " ".join(lines[r].strip() for r in range(start, end))
+        lines[start:end] = wrap_line(joined, width)
+    return "\n".join(lines)
+
+
+def wrap_source(text: str, width: int = 100) -> str:
+    """A generated module with every line within ``width``: code lines, then statements that
+    span lines, then comments and docstrings."""
+    return wrap_prose(wrap_statements(wrap_module(text, width), width), width)

@@ -74,8 +74,11 @@ def test_tune_on_devices_gives_each_shard_its_buckets(tmp_path, monkeypatch, cap
     assert code == 0, out
     records = [json.loads(line) for line in (root / RECORDS).read_text().splitlines()]
     assert sorted(r["key"] for r in records if r["kind"] == "winner") == [[0], [1]]
-    rows = [line.split()[:3] for line in out.splitlines() if line.split()[2:3] == ["good"]]
-    assert sorted(rows) == [["[cuda:0]", "0", "good"], ["[cuda:1]", "1", "good"]], out  # a bucket each
+    # each shard's summary: a bucket by the shapes it stands for, its winner on the next line
+    lines = out.splitlines()
+    rows = [(line.split()[0], line.split(" ", 1)[1]) for line, after in zip(lines, lines[1:])
+            if line.endswith(":") and after.split()[1:2] == ["good"]]
+    assert sorted(rows) == [("[cuda:0]", "N <= 64:"), ("[cuda:1]", "N in (64, 4096]:")], out  # a bucket each
     assert "[cuda:0] ok: worst leave-one-out loss" in out  # the cross-check, after both shards
     with pytest.raises(SystemExit):
         cli.main(["tune", "toy_op", "--chip", "interpreter", "--devices"])

@@ -25,7 +25,15 @@ def test_bucket_ranges_read_as_the_values_they_stand_for():
     assert bucket_range("K", edges, 1, 2) == "K in (32, 96]" and bucket_range("K", edges, 0, 4) == "K any"
 
 
-@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"])
+def test_a_table_without_tuned_rows_has_no_fill():
+    """mamba3's H200 records predate a tunable of the spec: none is frozen, nothing is filled."""
+    spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
+    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    assert table.rows == () and table.filled == 0 and len(table.stale) > 0
+    assert fill_ranges(spec, table.rows, config_names(table.rows)) == []
+
+
+@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk"])
 def test_fill_ranges_serve_every_filled_key_and_nothing_else(op):
     spec, chip = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT), profile("h200")
     table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))

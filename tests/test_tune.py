@@ -179,10 +179,14 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert sorted(r["key"] for r in winners) == [[0], [1]]
     table = out[out.index("fill from"):].splitlines()
-    assert table[1].startswith("0 ") and "from (1,)" in table[1]
-    assert table[2].startswith("1 ") and "from (0,)" in table[2]
-    assert table[3].startswith(("ok: worst leave-one-out loss", "FLAGGED: worst leave-one-out loss"))
-    assert "(margin 50%)" in table[3]
+    # each bucket by the shapes it stands for, then its own time, the fill's and where it is from
+    assert table[1] == BUCKET_TEXT[0] + ":" and "from (1,)" in table[2]
+    assert table[3] == BUCKET_TEXT[1] + ":" and "from (0,)" in table[4]
+    assert table[5].startswith(("ok: worst leave-one-out loss", "FLAGGED: worst leave-one-out loss"))
+    assert "(margin 50%)" in table[5] and any(BUCKET_TEXT[k] in table[5] for k in (0, 1))
+    # the end-of-campaign summary names each bucket the same way, its winner on the next line
+    lines = out.splitlines()
+    assert lines[lines.index(BUCKET_TEXT[1] + ":") + 1].split()[0] == "good"
     # the checks are records, and the build states them in the table: a loss over the margin flags it
     checks = [r for r in _records(root) if r["kind"] == "cross_check"]
     assert sorted(c["key"] for c in checks) == [[0], [1]] and {c["margin"] for c in checks} == {0.5}
@@ -257,7 +261,7 @@ def test_an_edited_kernel_starts_a_new_study_and_the_cross_check_skips_stale_win
     _opgen(root, "build")
     out = _tune(root, *args, "--cross-check").stdout
     table = out[out.index("fill from"):].splitlines()
-    assert table[1].startswith("0 ") and "from (1,)" not in table[1]
+    assert table[1] == BUCKET_TEXT[0] + ":" and "from (1,)" not in table[2]
     _opgen(root, "build")
     table_text = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
     assert "stale" in table_text and "Cross-check: 1 of 1 tuned rows checked" in table_text
@@ -505,9 +509,9 @@ def test_cross_check_all_measures_every_other_winner_on_each_bucket(tmp_path):
     # the leave-one-out fill of bucket 2 is bucket 1's winner; bucket 0's is measured beside it too
     assert {c["fill_from"] for c in checks if c["key"] == [2]} == {"from (1,)", "winner of (0,)"}
     table = out[out.index("fastest other winner there"):].splitlines()
-    assert [row.split()[0] for row in table[1:4]] == ["0", "1", "2"]
-    assert table[4].endswith("own winners beaten by another bucket's winner by more than the margin "
-                             "(their searches missed it)") and table[4].split()[2] == "3"
+    assert table[1:7:2] == [BUCKET_TEXT[k] + ":" for k in (0, 1, 2)]
+    assert table[7].endswith("own winners beaten by another bucket's winner by more than the margin "
+                             "(their searches missed it)") and table[7].split()[2] == "3"
     _opgen(root, "build")
     text = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
     assert "Cross-check: 3 of 3 tuned rows checked" in text

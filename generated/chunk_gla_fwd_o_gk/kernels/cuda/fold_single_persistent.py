@@ -56,8 +56,10 @@ def chunk_gla_fwd_o_gk_kernel(
             # The intra-chunk operands are loaded first: their latency overlaps the K loop's.
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-                b_A = tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0)
+                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
+                    :])
+                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
+                    :]), other=0.0))
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -68,7 +70,8 @@ def chunk_gla_fwd_o_gk_kernel(
         b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
         b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
         if EVICT_H:
-            b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first")
+            b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
+                eviction_policy="evict_first"))
         else:
             b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
         if USE_EXP2:
@@ -81,8 +84,10 @@ def chunk_gla_fwd_o_gk_kernel(
         if not EARLY_INTRA:
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-                b_A = tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0)
+                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
+                    :])
+                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
+                    :]), other=0.0))
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -117,7 +122,8 @@ def prepare(
         use_exp2: gates are base-2 logarithms.
         BT: the chunk size (32 or 64).
         num_programs: the largest 1-D grid (the core count).
-        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options num_warps, num_stages
+        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options
+        num_warps, num_stages
             (absent under the interpreter, which rejects them).
     """
     B, T, H, K = q.shape
@@ -153,6 +159,7 @@ def prepare(
 
 
 def launch(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point):
-    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled kernel."""
+    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled
+    kernel."""
     grid, kwargs, options = prepare(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point)
     return KERNEL[grid](**kwargs, **options)

@@ -56,22 +56,26 @@ def chunk_gla_fwd_o_gk_kernel(
     o_r = tl.arange(0, BT)
     if TRIL_LOAD:
         p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-        b_A = tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0)
+        b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+            other=0.0))
     else:
         p_A = tl.make_block_ptr(A + row * BT, (T, BT), (H * BT, 1), (i_t * BT, 0), (BT, BT), (1, 0))
         b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
     b_A = tl.where(o_r[:, None] >= o_r[None, :], b_A, 0.0)
     for i_v in range(tl.cdiv(V, BV)):
         p_h = tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (0, i_v * BV), (BK, BV), (1, 0))
-        p_v = tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0))
+        p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1
+            , 0)))
         if EVICT_H:
-            b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first")
+            b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
+                eviction_policy="evict_first"))
         else:
             b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
         b_o = tl.dot(b_a, b_h, input_precision=DOT_PRECISION)
         b_o += tl.dot(b_A, b_v.to(tl.float32), input_precision=DOT_PRECISION)
-        p_o = tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0))
+        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1
+            , 0)))
         tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 
@@ -90,7 +94,8 @@ def prepare(
         use_exp2: gates are base-2 logarithms.
         BT: the chunk size (32 or 64).
         num_programs: unused by the tiled grid.
-        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options num_warps, num_stages
+        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options
+        num_warps, num_stages
             (absent under the interpreter, which rejects them).
     """
     B, T, H, K = q.shape
@@ -124,6 +129,7 @@ def prepare(
 
 
 def launch(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point):
-    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled kernel."""
+    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled
+    kernel."""
     grid, kwargs, options = prepare(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point)
     return KERNEL[grid](**kwargs, **options)

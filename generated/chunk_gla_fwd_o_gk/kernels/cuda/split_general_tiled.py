@@ -50,19 +50,24 @@ def chunk_gla_fwd_o_gk_kernel(
         if TRIL_LOAD:
             o_r = tl.arange(0, BT)
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0)
+            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :])
+                , other=0.0))
         else:
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
 
     for i_k in range(tl.cdiv(K, BK)):
-        p_q = tl.make_block_ptr(q + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0))
-        p_g = tl.make_block_ptr(g + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0))
-        p_h = tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV), (1, 0))
+        p_q = (tl.make_block_ptr(q + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1
+            , 0)))
+        p_g = (tl.make_block_ptr(g + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1
+            , 0)))
+        p_h = (tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV), (1
+            , 0)))
         b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
         b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
         if EVICT_H:
-            b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first")
+            b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
+                eviction_policy="evict_first"))
         else:
             b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
         if USE_EXP2:
@@ -80,7 +85,8 @@ def chunk_gla_fwd_o_gk_kernel(
         if TRIL_LOAD:
             o_r = tl.arange(0, BT)
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0)
+            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :])
+                , other=0.0))
         else:
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -115,7 +121,8 @@ def prepare(
         use_exp2: gates are base-2 logarithms.
         BT: the chunk size (32 or 64).
         num_programs: unused by the tiled grid.
-        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options num_warps, num_stages
+        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options
+        num_warps, num_stages
             (absent under the interpreter, which rejects them).
     """
     B, T, H, K = q.shape
@@ -149,6 +156,7 @@ def prepare(
 
 
 def launch(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point):
-    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled kernel."""
+    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled
+    kernel."""
     grid, kwargs, options = prepare(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point)
     return KERNEL[grid](**kwargs, **options)

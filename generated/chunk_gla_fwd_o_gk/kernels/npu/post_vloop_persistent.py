@@ -62,20 +62,26 @@ def chunk_gla_fwd_o_gk_kernel(
         o_r = tl.arange(0, BT)
         if TRIL_LOAD:
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0)
+            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :])
+                , other=0.0))
         else:
-            p_A = tl.make_block_ptr(A + row * BT, (T, BT), (H * BT, 1), (i_t * BT, 0), (BT, BT), (1, 0))
+            p_A = (tl.make_block_ptr(A + row * BT, (T, BT), (H * BT, 1), (i_t * BT, 0), (BT, BT), (1
+                , 0)))
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_A = tl.where(o_r[:, None] >= o_r[None, :], b_A, 0.0)
-        # In v's dtype, or as a hi/lo pair of it (A_PAIR: the rounding of A drops to the square of epsilon).
+        # In v's dtype, or as a hi/lo pair of it (A_PAIR: the rounding of A drops to the square of
+        # epsilon).
         b_A_hi = b_A.to(v.dtype.element_ty)
         if A_PAIR:
             b_A_lo = (b_A - b_A_hi.to(tl.float32)).to(v.dtype.element_ty)
         for i_v in range(tl.cdiv(V, BV)):
-            p_h = tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (0, i_v * BV), (BK, BV), (1, 0))
-            p_v = tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0))
+            p_h = (tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (0, i_v * BV), (BK, BV), (1, 0
+                )))
+            p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV)
+                , (1, 0)))
             if EVICT_H:
-                b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first")
+                b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
+                    eviction_policy="evict_first"))
             else:
                 b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -84,7 +90,8 @@ def chunk_gla_fwd_o_gk_kernel(
             b_o += tl.dot(b_A_hi, b_v)
             if A_PAIR:
                 b_o += tl.dot(b_A_lo, b_v)
-            p_o = tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0))
+            p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV)
+                , (1, 0)))
             tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 
@@ -103,7 +110,8 @@ def prepare(
         use_exp2: gates are base-2 logarithms.
         BT: the chunk size (32 or 64).
         num_programs: the largest 1-D grid (the core count).
-        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options multibuffer
+        point: BK, BV, DOT_PRECISION, A_PAIR, EARLY_INTRA, EVICT_H, TRIL_LOAD and the launch options
+        multibuffer
             (absent under the interpreter, which rejects them).
     """
     B, T, H, K = q.shape
@@ -139,6 +147,7 @@ def prepare(
 
 
 def launch(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point):
-    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled kernel."""
+    """Run the kernel once: o = scale * (q * exp(g)) @ h + tril(A) @ v; return the compiled
+    kernel."""
     grid, kwargs, options = prepare(q, v, g, A, h, o, scale, use_exp2, BT, num_programs, point)
     return KERNEL[grid](**kwargs, **options)

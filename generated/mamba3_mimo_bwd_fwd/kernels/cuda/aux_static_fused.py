@@ -5,7 +5,8 @@
 
 Mamba-3 MIMO backward, stage 1: recompute raw_y chunk by chunk and return the chunk-entry states,
 qk_dot [B,H,S,R,R], dmimo_o (and, with the Z gate, dmimo_z and dz). Math: the golden's.
-Algorithm aux (no Z gate): per-chunk pre-processing over (chunk, b * h) (rotation and qk_dot in one kernel),
+Algorithm aux (no Z gate): per-chunk pre-processing over (chunk, b * h) (rotation and qk_dot in one
+kernel),
 then an aux kernel over (P block, chunk, b * h) writing each chunk's state increment kv and its
 intra-chunk share of dmimo_o to fp32 scratch, then a scan with one program per (P block, b * h)
 that only carries the state: entering state, inter-chunk share of dmimo_o, S <- decay S + kv.
@@ -23,16 +24,19 @@ import triton.language as tl
 def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b in fp32: tl.dot at PRECISION when all three dims reach MIN_DOT, else a broadcast
     product summed over K. The operands are reshaped, not expanded: Triton's combine pass turns
-    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on NVIDIA."""
+    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on
+    NVIDIA."""
     if (a.shape[0] >= MIN_DOT and a.shape[1] >= MIN_DOT) and b.shape[1] >= MIN_DOT:
         return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]), axis=1)
+        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
+            shape[1]]), axis=1))
 
 
 @triton.jit
 def _split(a):
-    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are exact)."""
+    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are
+    exact)."""
     c = a * 4097.0
     hi = c - (c - a)
     return hi, a - hi
@@ -167,8 +171,10 @@ def mamba3_mimo_bwd_fwd_aux_kernel(
     DOT_PRECISION: tl.constexpr,
 ):
     """One program per (P block, chunk, b * h): everything of a chunk that does not need the state
-    entering it. kv[b,h,c] = sum_s (K_s * wk)^T (v * Psi_s), the chunk's state increment [N, BLOCK_P];
-    part[b,h,c,r] = sum_t dout * (intra-chunk raw_y of rank r, D skip included), its share of dmimo_o."""
+    entering it. kv[b,h,c] = sum_s (K_s * wk)^T (v * Psi_s), the chunk's state increment [N,
+    BLOCK_P];
+    part[b,h,c,r] = sum_t dout * (intra-chunk raw_y of rank r, D skip included), its share of
+    dmimo_o."""
     tl.static_assert(BR >= R)
     tl.static_assert(P % BLOCK_P == 0)
     BP: tl.constexpr = BLOCK_P
@@ -187,10 +193,12 @@ def mamba3_mimo_bwd_fwd_aux_kernel(
     p_tok = bh * T + t0 + o_t
     b_gamma = tl.load(disc + bh * 2 * T + t0 + o_t)
     b_ts = tl.load(disc + (bh * 2 + 1) * T + t0 + o_t)
-    b_seg = tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.float32)
+    b_seg = (tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.
+        float32))
     b_w = tl.where(m_strict, tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
                    tl.where(m_diag, b_gamma[:, None], 0.0))
-    b_wk = tl.exp(tl.load(da_cs_rev + p_tok).to(tl.float32)) * b_ts  # key weight in the state update
+    # key weight in the state update
+    b_wk = tl.exp(tl.load(da_cs_rev + p_tok).to(tl.float32)) * b_ts
     tok = (i_b * T + t0 + o_t).to(tl.int64)
     p_x = (tok[:, None] * H + i_h) * P + o_p[None, :]
     b_v = tl.load(v + p_x).to(tl.float32)
@@ -242,7 +250,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     MIN_DOT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """One program per (P block, b * h), walking the chunks in order: stores the entering state, adds
+    """One program per (P block, b * h), walking the chunks in order: stores the entering state,
+    adds
     the inter-chunk raw_y's share of dmimo_o (rank by rank) and the chunk's precomputed share, then
     S <- exp(da_cs[last]) S + kv[chunk]."""
     tl.static_assert(BR >= R)
@@ -274,8 +283,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
             contrib = tl.sum(go * y, axis=0)
             acc_o = tl.where(rr[:, None] == r, acc_o + contrib[None, :], acc_o)
         b_s = b_s * tl.exp(b_last) + tl.load(kv + p_state)
-    tl.store(dmimo_o + (bh * R + rr[:, None]) * P + o_p[None, :], acc_o.to(dmimo_o.dtype.element_ty),
-             mask=rr[:, None] < R)
+    tl.store(dmimo_o + (bh * R + rr[:, None]) * P + o_p[None, :], acc_o.to(dmimo_o.dtype.element_ty)
+        , mask=rr[:, None] < R)
 
 
 KERNELS = (
@@ -298,7 +307,8 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     """Right-pad the sequence to whole chunks (the golden's pad_to_chunks rule).
 
     q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) get zeros; da_cs repeats the value of its
-    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in float64.
+    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in
+    float64.
     """
     S = q.shape[1]
     pad = -S % C
@@ -353,22 +363,22 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
     calls = []
     disc = torch.empty((B, H, 2, T), dtype=torch.float32, device=dev)
-    calls.append((mamba3_mimo_bwd_fwd_pre_kernel, (NC, B * H), dict(
-        q=q, k=k, q_bias=q_bias, k_bias=k_bias, angles=angles, dt=dt, trap=trap, q_rot=q_rot,
-        k_rot=k_rot, disc=disc, qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, NR=NR, C=C), options))
+    calls.append((mamba3_mimo_bwd_fwd_pre_kernel, (NC, B * H), dict(q=q, k=k, q_bias=q_bias,
+        k_bias=k_bias, angles=angles, dt=dt, trap=trap, q_rot=q_rot, k_rot=k_rot, disc=disc,
+        qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, NR=NR, C=C), options))
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     scan_grid = (P // BLOCK_P, B * H)
     assert not has_z, "the aux path has no Z gate (the spec's when excludes it)"
     kv = torch.empty((B, H, NC, N, P), dtype=torch.float32, device=dev)
     part = torch.empty((B, H, NC, BR, P), dtype=torch.float32, device=dev)
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
-    calls.append((mamba3_mimo_bwd_fwd_aux_kernel, (P // BLOCK_P, NC, B * H), dict(
-        v=v, dout=dout, mimo_v=mimo_v, d=d, q_rot=q_rot, k_rot=k_rot, da_cs_rev=da_cs_rev, disc=disc,
-        segsum=segsum, kv=kv, part=part, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P,
-        HAS_D=d is not None, **precision), options))
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(
-        dout=dout, q_rot=q_rot, da_cs=da_cs, kv=kv, part=part, states=states, dmimo_o=dmimo_o, T=T, H=H,
-        R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P, **precision), options))
+    calls.append((mamba3_mimo_bwd_fwd_aux_kernel, (P // BLOCK_P, NC, B * H), dict(v=v, dout=dout,
+        mimo_v=mimo_v, d=d, q_rot=q_rot, k_rot=k_rot, da_cs_rev=da_cs_rev, disc=disc, segsum=segsum,
+        kv=kv, part=part, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P, HAS_D=d is not None,
+        ** precision), options))
+    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, q_rot=q_rot,
+        da_cs=da_cs, kv=kv, part=part, states=states, dmimo_o=dmimo_o, T=T, H=H, R=R, N=N, P=P, C=C,
+        BR=BR, BLOCK_P=BLOCK_P, ** precision), options))
     return calls, copies
 
 
@@ -393,13 +403,13 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-           mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-           num_programs, point):
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
+    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+    num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-                          trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                          rotary_dim_divisor, num_programs, point)
+    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
+        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
+        rotary_dim_divisor, num_programs, point))
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -23,16 +23,19 @@ import triton.language as tl
 def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b in fp32: tl.dot at PRECISION when all three dims reach MIN_DOT, else a broadcast
     product summed over K. The operands are reshaped, not expanded: Triton's combine pass turns
-    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on NVIDIA."""
+    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on
+    NVIDIA."""
     if (a.shape[0] >= MIN_DOT and a.shape[1] >= MIN_DOT) and b.shape[1] >= MIN_DOT:
         return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]), axis=1)
+        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
+            shape[1]]), axis=1))
 
 
 @triton.jit
 def _split(a):
-    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are exact)."""
+    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are
+    exact)."""
     c = a * 4097.0
     hi = c - (c - a)
     return hi, a - hi
@@ -141,30 +144,37 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
         tok = t0 + t_j  # [L] token of each folded row
         p_row = ((i_b * T + tok).to(tl.int64) * R + r_j) * G * N + i_g * N
         # Angles of the row's token: dims past NA pass through (angle 0: cos 1, sin 0).
-        theta = tl.load(angles + ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * NA + o_m[None, :],
-                        mask=m_rot[None, :], other=0.0).to(tl.float32)
+        theta = (tl.load(angles + ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * NA + o_m[None,
+            :], mask=m_rot[None, :], other=0.0).to(tl.float32))
         cos = tl.cos(theta)
         sin = tl.sin(theta)
         b_k = tl.load(k + p_row[:, None] + o_n[None, :]).to(tl.float32) + tl.load(k_bias + p_bias)
-        b_k_p = tl.load(k + p_row[:, None] + o_np[None, :]).to(tl.float32) + tl.load(k_bias + p_biasp)
+        b_k_p = (tl.load(k + p_row[:, None] + o_np[None, :]).to(tl.float32) + tl.load(k_bias +
+            p_biasp))
         b_k = cos * b_k + sgn * sin * b_k_p
         b_q = tl.load(q + p_row[:, None] + o_n[None, :]).to(tl.float32) + tl.load(q_bias + p_bias)
-        b_q_p = tl.load(q + p_row[:, None] + o_np[None, :]).to(tl.float32) + tl.load(q_bias + p_biasp)
+        b_q_p = (tl.load(q + p_row[:, None] + o_np[None, :]).to(tl.float32) + tl.load(q_bias +
+            p_biasp))
         b_q = cos * b_q + sgn * sin * b_q_p
         p_tok = bh * T + tok
         m_next = tok + 1 < T
         b_dt = tl.load(dt + p_tok)
         b_dt_next = tl.load(dt + p_tok + 1, mask=m_next, other=0.0)
         b_gamma = b_dt * tl.sigmoid(tl.load(trap + p_tok).to(tl.float32))
-        b_ts = b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).to(tl.float32))
-        p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]  # [L, BP] in [B,T,H,P]
+        b_ts = (b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).
+            to(tl.float32)))
+        # [L, BP] in [B,T,H,P]
+        p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]
         b_pv = tl.load(v + p_x).to(tl.float32) * tl.load(mimo_v + p_psi)
         b_qk = _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)  # [L, L] rotated scores
-        # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0 writes them.
+        # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0 writes
+        # them.
         tl.store(qk_dot + (p_tok[:, None] * R + r_j[:, None]) * R + r_j[None, :],
                  b_qk.to(qk_dot.dtype.element_ty), mask=m_same & (i_p == 0))
-        b_seg = tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :], mask=m_strict, other=0.0)
-        b_w = tl.where(m_strict, tl.exp(b_seg) * b_ts[None, :], tl.where(m_same, b_gamma[:, None], 0.0))
+        b_seg = (tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :],
+            mask=m_strict, other=0.0))
+        b_w = (tl.where(m_strict, tl.exp(b_seg) * b_ts[None, :], tl.where(m_same, b_gamma[:, None],
+            0.0)))
         b_edc = tl.exp(tl.load(da_cs + p_tok))
         y = _mm(b_qk * b_w, b_pv, MIN_DOT, DOT_PRECISION)
         y += _mm(b_q * b_edc[:, None], b_s, MIN_DOT, DOT_PRECISION)
@@ -172,7 +182,8 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
             y += b_d * b_pv
         b_wk = tl.exp(tl.load(da_cs_rev + p_tok)) * b_ts  # key weight in the state update
         b_last = tl.load(da_cs + bh * T + t0 + C - 1)
-        b_s = b_s * tl.exp(b_last) + _mm(tl.trans(b_k * b_wk[:, None]), b_pv, MIN_DOT, DOT_PRECISION)
+        b_s = (b_s * tl.exp(b_last) + _mm(tl.trans(b_k * b_wk[:, None]), b_pv, MIN_DOT,
+            DOT_PRECISION))
         go = tl.load(dout + p_x).to(tl.float32)
         gy = go * y
         if HAS_Z:
@@ -184,7 +195,8 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
             contrib_o = gy * (u * sig)
             du = gy * tl.load(mimo_o + p_psi) * _dsilu(zt, zeta, u, sig)
             contrib_z = du * zt
-            b_dz = tl.sum(tl.reshape(du * zeta, [C, R, BP]), axis=1)  # dz[t] sums the ranks of token t
+            # dz[t] sums the ranks of token t
+            b_dz = tl.sum(tl.reshape(du * zeta, [C, R, BP]), axis=1)
             p_dz = ((i_b * T + t0 + o_t).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]
             tl.store(dz + p_dz, b_dz.to(dz.dtype.element_ty))
         else:
@@ -195,9 +207,11 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
             acc_z += contrib_z
     o_r = tl.arange(0, R)
     p_out = (bh * R + o_r[:, None]) * P + o_p[None, :]
-    tl.store(dmimo_o + p_out, tl.sum(tl.reshape(acc_o, [C, R, BP]), axis=0).to(dmimo_o.dtype.element_ty))
+    tl.store(dmimo_o + p_out, tl.sum(tl.reshape(acc_o, [C, R, BP]), axis=0).to(dmimo_o.dtype.
+        element_ty))
     if HAS_Z:
-        tl.store(dmimo_z + p_out, tl.sum(tl.reshape(acc_z, [C, R, BP]), axis=0).to(dmimo_z.dtype.element_ty))
+        tl.store(dmimo_z + p_out, tl.sum(tl.reshape(acc_z, [C, R, BP]), axis=0).to(dmimo_z.dtype.
+            element_ty))
 
 
 KERNELS = (mamba3_mimo_bwd_fwd_fold_kernel,)
@@ -216,7 +230,8 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     """Right-pad the sequence to whole chunks (the golden's pad_to_chunks rule).
 
     q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) get zeros; da_cs repeats the value of its
-    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in float64.
+    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in
+    float64.
     """
     S = q.shape[1]
     pad = -S % C
@@ -267,12 +282,13 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     shape = dict(T=T, H=H, HG=H // G, R=R, G=G, N=N, NA=N // int(rotary_dim_divisor), P=P, C=C,
                  BLOCK_P=BLOCK_P)
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
-    gate = dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is not None)
-    calls = [(mamba3_mimo_bwd_fwd_fold_kernel, (P // BLOCK_P, B * H), dict(
-        dout=dout, q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d,
-        angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, states=states,
-        qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None,
-        **gate, **shape, **precision), options)]
+    gate = (dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is
+        not None))
+    calls = ([(mamba3_mimo_bwd_fwd_fold_kernel, (P // BLOCK_P, B * H), dict(dout=dout, q=q, k=k, v=v
+        , q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d, angles=angles,
+        da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, states=states,
+        qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None
+        , ** gate, ** shape, ** precision), options)])
     return calls, copies
 
 
@@ -296,13 +312,13 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-           mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-           num_programs, point):
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
+    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+    num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-                          trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                          rotary_dim_divisor, num_programs, point)
+    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
+        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
+        rotary_dim_divisor, num_programs, point))
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -6,7 +6,8 @@
 Mamba-3 MIMO backward, stage 1: recompute raw_y chunk by chunk and return the chunk-entry states,
 qk_dot [B,H,S,R,R], dmimo_o (and, with the Z gate, dmimo_z and dz). Math: the golden's.
 Algorithm stage0: the baseline in upstream order: a token-by-token rotary kernel (rotated q/k to an
-fp32 scratch [B,H,T,R,N]), a token-by-token qk_dot kernel, then a scan with one program per (b, h) walking the
+fp32 scratch [B,H,T,R,N]), a token-by-token qk_dot kernel, then a scan with one program per (b, h)
+walking the
 chunks in order; gamma and trap_scale are rebuilt inside the scan.
 Rank loops: run-time loops (range).
 A sequence that is not a whole number of chunks is right-padded on the host (zeros; da_cs repeats
@@ -22,16 +23,19 @@ import triton.language as tl
 def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b in fp32: tl.dot at PRECISION when all three dims reach MIN_DOT, else a broadcast
     product summed over K. The operands are reshaped, not expanded: Triton's combine pass turns
-    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on NVIDIA."""
+    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on
+    NVIDIA."""
     if (a.shape[0] >= MIN_DOT and a.shape[1] >= MIN_DOT) and b.shape[1] >= MIN_DOT:
         return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]), axis=1)
+        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
+            shape[1]]), axis=1))
 
 
 @triton.jit
 def _split(a):
-    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are exact)."""
+    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are
+    exact)."""
     c = a * 4097.0
     hi = c - (c - a)
     return hi, a - hi
@@ -87,11 +91,13 @@ def mamba3_mimo_bwd_fwd_rotary_kernel(
     i_b, i_h = i_bh // H, i_bh % H
     i_g = i_h // HG
     o_n = tl.arange(0, HALF)
-    # One token at a time over the chunk (the grid runs over chunks: at most 65535 programs on Ascend).
+    # One token at a time over the chunk (the grid runs over chunks: at most 65535 programs on
+    # Ascend).
     for i_t in range(i_c * C, i_c * C + C):
         # Dims past NR pass through: angle 0 gives cos 1, sin 0.
         tok = (i_b * T + i_t).to(tl.int64)
-        theta = tl.load(angles + (tok * H + i_h) * NR + o_n, mask=o_n < NR, other=0.0).to(tl.float32)
+        theta = (tl.load(angles + (tok * H + i_h) * NR + o_n, mask=o_n < NR, other=0.0).to(tl.
+            float32))
         cos = tl.cos(theta)
         sin = tl.sin(theta)
         src = (tok * R * G + i_g) * N  # (b, t, rank 0, g)
@@ -100,9 +106,11 @@ def mamba3_mimo_bwd_fwd_rotary_kernel(
             p_in = src + r * G * N + o_n
             p_bias = (i_h * R + r) * N + o_n
             q_lo = tl.load(q + p_in).to(tl.float32) + tl.load(q_bias + p_bias).to(tl.float32)
-            q_hi = tl.load(q + p_in + HALF).to(tl.float32) + tl.load(q_bias + p_bias + HALF).to(tl.float32)
+            q_hi = (tl.load(q + p_in + HALF).to(tl.float32) + tl.load(q_bias + p_bias + HALF).to(tl.
+                float32))
             k_lo = tl.load(k + p_in).to(tl.float32) + tl.load(k_bias + p_bias).to(tl.float32)
-            k_hi = tl.load(k + p_in + HALF).to(tl.float32) + tl.load(k_bias + p_bias + HALF).to(tl.float32)
+            k_hi = (tl.load(k + p_in + HALF).to(tl.float32) + tl.load(k_bias + p_bias + HALF).to(tl.
+                float32))
             q_rot_lo = cos * q_lo - sin * q_hi
             q_rot_hi = sin * q_lo + cos * q_hi
             k_rot_lo = cos * k_lo - sin * k_hi
@@ -139,7 +147,8 @@ def mamba3_mimo_bwd_fwd_qkdot_kernel(
     o_n = tl.arange(0, N)
     o_r = tl.arange(0, BR)
     m_r = o_r < R
-    # One token at a time over the chunk (the grid runs over chunks: at most 65535 programs on Ascend).
+    # One token at a time over the chunk (the grid runs over chunks: at most 65535 programs on
+    # Ascend).
     for i_t in range(i_c * C, i_c * C + C):
         tok = (i_b * T + i_t).to(tl.int64)
         src = (tok * R * G + i_g) * N
@@ -189,7 +198,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     DOT_PRECISION: tl.constexpr,
 ):
     """One program per b * h, walking the chunks in order: stores the entering state,
-    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the state."""
+    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the
+    state."""
     tl.static_assert(BR >= R)
     BP: tl.constexpr = P
     i_p = 0
@@ -234,7 +244,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         if HAS_Z:
             zt = tl.load(z + p_x).to(tl.float32)
             dz_acc = tl.zeros([C, BP], dtype=tl.float32)
-        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]  # [C, N], rank 0 of q_rot / k_rot
+        # [C, N], rank 0 of q_rot / k_rot
+        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]
         for r in range(R):
             b_q = tl.load(q_rot + p_rk + r * N)
             y = _mm(b_q * b_edc[:, None], b_s, MIN_DOT, DOT_PRECISION)
@@ -243,8 +254,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
                 b_k = tl.load(k_rot + p_rk + s * N)
                 b_seg = tl.load(segsum + p_seg).to(tl.float32)
                 b_a = _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)
-                b_a = tl.where(m_strict, b_a * tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
-                               tl.where(m_diag, b_a * b_gamma[:, None], 0.0))
+                b_a = (tl.where(m_strict, b_a * tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None,
+                    :], tl.where(m_diag, b_a * b_gamma[:, None], 0.0)))
                 psi = tl.load(mimo_v + phi_base + s * P + o_p).to(tl.float32)
                 y += _mm(b_a, b_v * psi[None, :], MIN_DOT, DOT_PRECISION)
             if HAS_D:
@@ -299,7 +310,8 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     """Right-pad the sequence to whole chunks (the golden's pad_to_chunks rule).
 
     q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) get zeros; da_cs repeats the value of its
-    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in float64.
+    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in
+    float64.
     """
     S = q.shape[1]
     pad = -S % C
@@ -356,18 +368,15 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     calls.append((mamba3_mimo_bwd_fwd_rotary_kernel, (NC, B * H), dict(
         q=q, k=k, q_bias=q_bias, k_bias=k_bias, angles=angles, q_rot=q_rot, k_rot=k_rot, T=T, H=H,
         HG=HG, R=R, G=G, N=N, NR=NR, C=C), options))
-    calls.append((mamba3_mimo_bwd_fwd_qkdot_kernel, (NC, B * H), dict(
-        q=q, k=k, q_bias=q_bias, k_bias=k_bias, qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, BR=BR,
-        C=C), options))
+    calls.append((mamba3_mimo_bwd_fwd_qkdot_kernel, (NC, B * H), dict(q=q, k=k, q_bias=q_bias,
+        k_bias=k_bias, qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, BR=BR, C=C), options))
     scan_grid = (B * H,)
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(
-        dout=dout, v=v, mimo_v=mimo_v, mimo_o=mimo_o, mimo_z=mimo_z if has_z else None,
-        d=d, z=z if has_z else None, q_rot=q_rot, k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev,
-        dt=dt, trap=trap,
-        segsum=segsum, states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None,
-        dz=dz if has_z else None, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR,
-        HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")),
-        options))
+    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, v=v, mimo_v=mimo_v,
+        mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, d=d, z=z if has_z else None, q_rot=q_rot,
+        k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum,
+        states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None
+        , T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(),
+        DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
     return calls, copies
 
 
@@ -392,13 +401,13 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-           mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-           num_programs, point):
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
+    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+    num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-                          trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                          rotary_dim_divisor, num_programs, point)
+    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
+        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
+        rotary_dim_divisor, num_programs, point))
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -5,7 +5,8 @@
 
 Mamba-3 MIMO backward, stage 1: recompute raw_y chunk by chunk and return the chunk-entry states,
 qk_dot [B,H,S,R,R], dmimo_o (and, with the Z gate, dmimo_z and dz). Math: the golden's.
-Algorithm nblocked: per-chunk pre-processing over (chunk, b * h) (a rotation kernel and a qk_dot kernel),
+Algorithm nblocked: per-chunk pre-processing over (chunk, b * h) (a rotation kernel and a qk_dot
+kernel),
 then a scan with one program per (P block of BLOCK_P, b * h) walking the chunks in order with the
 running state in an fp32 HBM scratch [B,H,N,P], read and updated in two N blocks of N/2.
 Rank loops: unrolled (tl.static_range).
@@ -22,16 +23,19 @@ import triton.language as tl
 def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b in fp32: tl.dot at PRECISION when all three dims reach MIN_DOT, else a broadcast
     product summed over K. The operands are reshaped, not expanded: Triton's combine pass turns
-    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on NVIDIA."""
+    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on
+    NVIDIA."""
     if (a.shape[0] >= MIN_DOT and a.shape[1] >= MIN_DOT) and b.shape[1] >= MIN_DOT:
         return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]), axis=1)
+        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
+            shape[1]]), axis=1))
 
 
 @triton.jit
 def _split(a):
-    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are exact)."""
+    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are
+    exact)."""
     c = a * 4097.0
     hi = c - (c - a)
     return hi, a - hi
@@ -237,10 +241,12 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         b_last = tl.load(da_cs + bh * T + t0 + C - 1).to(tl.float32)
         b_gamma = tl.load(disc + bh * 2 * T + t0 + o_t)
         b_ts = tl.load(disc + (bh * 2 + 1) * T + t0 + o_t)
-        b_seg = tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.float32)
+        b_seg = (tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.
+            float32))
         b_w = tl.where(m_strict, tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
                        tl.where(m_diag, b_gamma[:, None], 0.0))
-        b_wk = tl.exp(tl.load(da_cs_rev + p_tok).to(tl.float32)) * b_ts  # key weight in the state update
+        # key weight in the state update
+        b_wk = tl.exp(tl.load(da_cs_rev + p_tok).to(tl.float32)) * b_ts
         tok = (i_b * T + t0 + o_t).to(tl.int64)
         p_x = (tok[:, None] * H + i_h) * P + o_p[None, :]
         b_v = tl.load(v + p_x).to(tl.float32)
@@ -253,7 +259,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
             y = tl.zeros([C, BP], dtype=tl.float32)
             for nb in tl.static_range(2):
                 b_q = tl.load(q_rot + p_rk + r * N + nb * BN)
-                y += _mm(b_q * b_edc[:, None], tl.load(run + p_run + nb * BN * P), MIN_DOT, DOT_PRECISION)
+                y += _mm(b_q * b_edc[:, None], tl.load(run + p_run + nb * BN * P), MIN_DOT,
+                    DOT_PRECISION)
             for s in tl.static_range(R):
                 b_a = tl.zeros([C, C], dtype=tl.float32)
                 for nb in tl.static_range(2):
@@ -288,7 +295,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
             for s in tl.static_range(R):
                 b_k = tl.load(k_rot + p_rk + s * N + nb * BN)
                 psi = tl.load(mimo_v + phi_base + s * P + o_p).to(tl.float32)
-                b_s += _mm(tl.trans(b_k * b_wk[:, None]), b_v * psi[None, :], MIN_DOT, DOT_PRECISION)
+                b_s += _mm(tl.trans(b_k * b_wk[:, None]), b_v * psi[None, :], MIN_DOT, DOT_PRECISION
+                    )
             tl.debug_barrier()  # every thread has read the block before it is overwritten
             tl.store(run + p_run + nb * BN * P, b_s)
         tl.debug_barrier()  # the stores are visible to the next chunk's loads
@@ -318,7 +326,8 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     """Right-pad the sequence to whole chunks (the golden's pad_to_chunks rule).
 
     q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) get zeros; da_cs repeats the value of its
-    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in float64.
+    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in
+    float64.
     """
     S = q.shape[1]
     pad = -S % C
@@ -382,14 +391,12 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     scan_grid = (P // BLOCK_P, B * H)
     run = torch.empty((B, H, N, P), dtype=torch.float32, device=dev)  # the running state
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(
-        dout=dout, v=v, mimo_v=mimo_v, mimo_o=mimo_o, mimo_z=mimo_z if has_z else None,
-        d=d, z=z if has_z else None, q_rot=q_rot, k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev,
-        disc=disc,
-        segsum=segsum, states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None,
-        dz=dz if has_z else None, run=run, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P,
-        HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")),
-        options))
+    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, v=v, mimo_v=mimo_v,
+        mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, d=d, z=z if has_z else None, q_rot=q_rot,
+        k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev, disc=disc, segsum=segsum, states=states,
+        dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None, run=run, T=T,
+        H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P, HAS_Z=has_z, HAS_D=d is not None,
+        MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
     return calls, copies
 
 
@@ -414,13 +421,13 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-           mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-           num_programs, point):
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
+    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+    num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-                          trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                          rotary_dim_divisor, num_programs, point)
+    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
+        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
+        rotary_dim_divisor, num_programs, point))
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

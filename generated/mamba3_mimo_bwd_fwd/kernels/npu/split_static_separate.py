@@ -28,16 +28,19 @@ import triton.language as tl
 def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b in fp32: tl.dot at PRECISION when all three dims reach MIN_DOT, else a broadcast
     product summed over K. The operands are reshaped, not expanded: Triton's combine pass turns
-    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on NVIDIA."""
+    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on
+    NVIDIA."""
     if (a.shape[0] >= MIN_DOT and a.shape[1] >= MIN_DOT) and b.shape[1] >= MIN_DOT:
         return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]), axis=1)
+        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
+            shape[1]]), axis=1))
 
 
 @triton.jit
 def _split(a):
-    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are exact)."""
+    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are
+    exact)."""
     c = a * 4097.0
     hi = c - (c - a)
     return hi, a - hi
@@ -68,7 +71,8 @@ def _dsilu(zt, zeta, u, sig):
 
 @triton.jit
 def _rows(x, R: tl.constexpr):
-    """[C, W] -> [C * R, W]: row j of the result is row j // R of x (a token's value on its ranks)."""
+    """[C, W] -> [C * R, W]: row j of the result is row j // R of x (a token's value on its
+    ranks)."""
     C: tl.constexpr = x.shape[0]
     W: tl.constexpr = x.shape[1]
     return tl.reshape(tl.broadcast_to(tl.reshape(x, [C, 1, W]), [C, R, W]), [C * R, W])
@@ -130,7 +134,8 @@ def mamba3_mimo_bwd_fwd_state_kernel(
     o_p = i_p * BP + tl.arange(0, BP)
     p_bias = ((i_h * R + r_j) * N)[:, None]  # [L, 1] rows of q_bias / k_bias
     p_psi = (i_h * R + r_j)[:, None] * P + o_p[None, :]  # [L, BP] rows of mimo_v / mimo_o / mimo_z
-    x_bg = i_b.to(tl.int64) * T * R * G * N + i_g * N  # (b, g) in q / k: rows (token, rank), stride G * N
+    # (b, g) in q / k: rows (token, rank), stride G * N
+    x_bg = i_b.to(tl.int64) * T * R * G * N + i_g * N
     k_bg = k + x_bg
     ang_bh = angles + (i_b.to(tl.int64) * T * H + i_h) * NA
     w_j = i_n * W + o_bn % W  # angle index of block column j
@@ -156,8 +161,10 @@ def mamba3_mimo_bwd_fwd_state_kernel(
         b_dt = tl.load(dt + p_tok)
         b_dt_next = tl.load(dt + p_tok + 1, mask=m_next, other=0.0)
         b_gamma = b_dt * tl.sigmoid(tl.load(trap + p_tok).to(tl.float32))
-        b_ts = b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).to(tl.float32))
-        p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]  # [L, BP] in [B,T,H,P]
+        b_ts = (b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).
+            to(tl.float32)))
+        # [L, BP] in [B,T,H,P]
+        p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]
         b_k = tl.load(k_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + b_kb
         if rot:
             theta = tl.load(ang_bh + (t0 + o_t).to(tl.int64)[:, None] * (H * NA) + w_j[None, :],
@@ -169,7 +176,8 @@ def mamba3_mimo_bwd_fwd_state_kernel(
         b_pv = tl.load(v + p_x).to(tl.float32) * b_psi
         b_wk = tl.exp(tl.load(da_cs_rev + p_tok)) * b_ts  # key weight in the state update
         b_last = tl.load(da_cs + bh * T + t0 + C - 1)
-        b_s = b_s * tl.exp(b_last) + _mm(tl.trans(b_k * b_wk[:, None]), b_pv, MIN_DOT, DOT_PRECISION)
+        b_s = (b_s * tl.exp(b_last) + _mm(tl.trans(b_k * b_wk[:, None]), b_pv, MIN_DOT,
+            DOT_PRECISION))
 
 
 @triton.jit(do_not_specialize=["T", "H", "HG"])
@@ -239,7 +247,8 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
     o_p = i_p * BP + tl.arange(0, BP)
     p_bias = ((i_h * R + r_j) * N)[:, None]  # [L, 1] rows of q_bias / k_bias
     p_psi = (i_h * R + r_j)[:, None] * P + o_p[None, :]  # [L, BP] rows of mimo_v / mimo_o / mimo_z
-    x_bg = i_b.to(tl.int64) * T * R * G * N + i_g * N  # (b, g) in q / k: rows (token, rank), stride G * N
+    # (b, g) in q / k: rows (token, rank), stride G * N
+    x_bg = i_b.to(tl.int64) * T * R * G * N + i_g * N
     k_bg = k + x_bg
     ang_bh = angles + (i_b.to(tl.int64) * T * H + i_h) * NA
     m_strict = t_j[:, None] > t_j[None, :]  # key token before the query token
@@ -253,8 +262,10 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
     b_dt = tl.load(dt + p_tok)
     b_dt_next = tl.load(dt + p_tok + 1, mask=m_next, other=0.0)
     b_gamma = b_dt * tl.sigmoid(tl.load(trap + p_tok).to(tl.float32))
-    b_ts = b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).to(tl.float32))
-    p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]  # [L, BP] in [B,T,H,P]
+    b_ts = (b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).to(
+        tl.float32)))
+    # [L, BP] in [B,T,H,P]
+    p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]
     b_qk = tl.zeros([L, L], dtype=tl.float32)  # Q K^T, rotated
     b_edc = tl.exp(tl.load(da_cs + p_tok))
     b_ys = tl.zeros([L, BP], dtype=tl.float32)  # (exp(da_cs) Q) S
@@ -267,11 +278,15 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
                         mask=(w_j < NA)[None, :], other=0.0)
         b_cos = _rows(tl.cos(theta), R)
         b_sin = _rows(tl.sin(theta), R)
-        b_q = tl.load(q_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(q_bias + p_bias + n_j[None, :])
-        b_qp = tl.load(q_bg + p_row[:, None] + np_j[None, :]).to(tl.float32) + tl.load(q_bias + p_bias + np_j[None, :])
+        b_q = (tl.load(q_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(q_bias +
+            p_bias + n_j[None, :]))
+        b_qp = (tl.load(q_bg + p_row[:, None] + np_j[None, :]).to(tl.float32) + tl.load(q_bias +
+            p_bias + np_j[None, :]))
         b_q = b_cos * b_q + sgn[None, :] * b_sin * b_qp
-        b_k = tl.load(k_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(k_bias + p_bias + n_j[None, :])
-        b_kp = tl.load(k_bg + p_row[:, None] + np_j[None, :]).to(tl.float32) + tl.load(k_bias + p_bias + np_j[None, :])
+        b_k = (tl.load(k_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(k_bias +
+            p_bias + n_j[None, :]))
+        b_kp = (tl.load(k_bg + p_row[:, None] + np_j[None, :]).to(tl.float32) + tl.load(k_bias +
+            p_bias + np_j[None, :]))
         b_k = b_cos * b_k + sgn[None, :] * b_sin * b_kp
         b_qk += _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)
         b_s = tl.load(st32 + ((bh * NC + i_c) * N + n_j[:, None]) * P + o_p[None, :])
@@ -281,9 +296,11 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
         n_j = (o_bn // W) * HALF + w_j  # state row / q, k column of block column j
         np_j = (1 - o_bn // W) * HALF + w_j  # its rotation partner
         sgn = tl.where(o_bn < W, -1.0, 1.0)
-        b_q = tl.load(q_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(q_bias + p_bias + n_j[None, :])
+        b_q = (tl.load(q_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(q_bias +
+            p_bias + n_j[None, :]))
 
-        b_k = tl.load(k_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(k_bias + p_bias + n_j[None, :])
+        b_k = (tl.load(k_bg + p_row[:, None] + n_j[None, :]).to(tl.float32) + tl.load(k_bias +
+            p_bias + n_j[None, :]))
 
         b_qk += _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)
         b_s = tl.load(st32 + ((bh * NC + i_c) * N + n_j[:, None]) * P + o_p[None, :])
@@ -291,7 +308,8 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
     # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0 writes them.
     tl.store(qk_dot + (p_tok[:, None] * R + r_j[:, None]) * R + r_j[None, :],
              b_qk.to(qk_dot.dtype.element_ty), mask=m_same & (i_p == 0))
-    b_seg = tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :], mask=m_strict, other=0.0)
+    b_seg = (tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :], mask=m_strict
+        , other=0.0))
     b_w = tl.where(m_strict, tl.exp(b_seg) * b_ts[None, :], tl.where(m_same, b_gamma[:, None], 0.0))
     b_pv = tl.load(v + p_x).to(tl.float32) * tl.load(mimo_v + p_psi)
     y = b_ys + _mm(b_qk * b_w, b_pv, MIN_DOT, DOT_PRECISION)
@@ -373,7 +391,8 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     """Right-pad the sequence to whole chunks (the golden's pad_to_chunks rule).
 
     q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) get zeros; da_cs repeats the value of its
-    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in float64.
+    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in
+    float64.
     """
     S = q.shape[1]
     pad = -S % C
@@ -424,7 +443,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     shape = dict(T=T, H=H, HG=H // G, R=R, G=G, N=N, NA=N // int(rotary_dim_divisor), P=P, C=C,
                  BLOCK_P=BLOCK_P)
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
-    gate = dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is not None)
+    gate = (dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is
+        not None))
     dev = q.device
     # The chunk kernel reads the entering states in fp32: the output itself when it is fp32.
     copy32 = states.dtype != torch.float32
@@ -432,20 +452,16 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     part_o = torch.empty((B, H, NC, R, P), dtype=torch.float32, device=dev)
     part_z = torch.empty((B, H, NC, R, P), dtype=torch.float32, device=dev) if has_z else None
     BLOCK_N = min(int(point.get("BLOCK_N", N)), N)
-    calls = [
-        (mamba3_mimo_bwd_fwd_state_kernel, (N // BLOCK_N, P // BLOCK_P, B * H), dict(
-            k=k, k_bias=k_bias, v=v, mimo_v=mimo_v, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev,
-            dt=dt, trap=trap, states=states, st32=st32, COPY32=copy32, BLOCK_N=BLOCK_N, **shape,
-            **precision), options),
-        (mamba3_mimo_bwd_fwd_chunk_kernel, (P // BLOCK_P, NC, B * H), dict(
-            dout=dout, q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d,
-            angles=angles, da_cs=da_cs, dt=dt, trap=trap, segsum=segsum, st32=st32, qk_dot=qk_dot,
-            dz=dz if has_z else None, part_o=part_o, part_z=part_z, BLOCK_N=BLOCK_N, **gate, **shape,
-            **precision), options),
-        (mamba3_mimo_bwd_fwd_reduce_kernel, (P // BLOCK_P, B * H), dict(
-            part_o=part_o, part_z=part_z, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, NC=NC, R=R,
-            P=P, BLOCK_P=BLOCK_P, HAS_Z=has_z), options),
-    ]
+    calls = ([(mamba3_mimo_bwd_fwd_state_kernel, (N // BLOCK_N, P // BLOCK_P, B * H), dict(k=k,
+        k_bias=k_bias, v=v, mimo_v=mimo_v, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt,
+        trap=trap, states=states, st32=st32, COPY32=copy32, BLOCK_N=BLOCK_N, ** shape, ** precision)
+        , options), (mamba3_mimo_bwd_fwd_chunk_kernel, (P // BLOCK_P, NC, B * H), dict(dout=dout,
+        q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d,
+        angles=angles, da_cs=da_cs, dt=dt, trap=trap, segsum=segsum, st32=st32, qk_dot=qk_dot, dz=dz
+        if has_z else None, part_o=part_o, part_z=part_z, BLOCK_N=BLOCK_N, ** gate, ** shape, **
+        precision), options), (mamba3_mimo_bwd_fwd_reduce_kernel, (P // BLOCK_P, B * H), dict(
+        part_o=part_o, part_z=part_z, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, NC=NC,
+        R=R, P=P, BLOCK_P=BLOCK_P, HAS_Z=has_z), options),])
     return calls, copies
 
 
@@ -461,7 +477,8 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
             ``launch`` copies them back.
         chunk_size: C; rotary_dim_divisor: N // rotary_dim_divisor dims are rotated.
         num_programs: unused (the grids are per N block, P block, chunk and (b, h)).
-        point: BLOCK_P (the P tile; defaults to P), BLOCK_N (the N tile; defaults to N), DOT_PRECISION (the fp32 products; defaults to
+        point: BLOCK_P (the P tile; defaults to P), BLOCK_N (the N tile; defaults to N),
+        DOT_PRECISION (the fp32 products; defaults to
             ieee) and the launch options multibuffer (absent under the interpreter).
     """
     return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
@@ -469,13 +486,13 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-           mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-           num_programs, point):
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
+    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+    num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-                          trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                          rotary_dim_divisor, num_programs, point)
+    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
+        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
+        rotary_dim_divisor, num_programs, point))
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -5,9 +5,11 @@
 
 Mamba-3 MIMO backward, stage 1: recompute raw_y chunk by chunk and return the chunk-entry states,
 qk_dot [B,H,S,R,R], dmimo_o (and, with the Z gate, dmimo_z and dz). Math: the golden's.
-Algorithm staged: per-chunk pre-processing over (chunk, b * h) (a rotation kernel and a qk_dot kernel),
+Algorithm staged: per-chunk pre-processing over (chunk, b * h) (a rotation kernel and a qk_dot
+kernel),
 writing the rotated q/k [B,H,T,R,N] and gamma / trap_scale [B,H,2,T] to fp32 scratch; then a scan
-with one program per (P block of BLOCK_P, b * h) walking the chunks in order on [C, N] / [C, BLOCK_P]
+with one program per (P block of BLOCK_P, b * h) walking the chunks in order on [C, N] / [C,
+BLOCK_P]
 tiles.
 Rank loops: run-time loops (range).
 A sequence that is not a whole number of chunks is right-padded on the host (zeros; da_cs repeats
@@ -23,16 +25,19 @@ import triton.language as tl
 def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b in fp32: tl.dot at PRECISION when all three dims reach MIN_DOT, else a broadcast
     product summed over K. The operands are reshaped, not expanded: Triton's combine pass turns
-    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on NVIDIA."""
+    sum(a[:, :, None] * b[None, :, :]) into a dot when M and N reach 16, which runs at tf32 on
+    NVIDIA."""
     if (a.shape[0] >= MIN_DOT and a.shape[1] >= MIN_DOT) and b.shape[1] >= MIN_DOT:
         return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]), axis=1)
+        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
+            shape[1]]), axis=1))
 
 
 @triton.jit
 def _split(a):
-    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are exact)."""
+    """Dekker's split of fp32 a into hi + lo, 12 significant bits each (products of parts are
+    exact)."""
     c = a * 4097.0
     hi = c - (c - a)
     return hi, a - hi
@@ -199,7 +204,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     DOT_PRECISION: tl.constexpr,
 ):
     """One program per (P block, b * h), walking the chunks in order: stores the entering state,
-    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the state."""
+    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the
+    state."""
     tl.static_assert(BR >= R)
     tl.static_assert(P % BLOCK_P == 0)
     BP: tl.constexpr = BLOCK_P
@@ -229,7 +235,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         b_last = tl.load(da_cs + bh * T + t0 + C - 1).to(tl.float32)
         b_gamma = tl.load(disc + bh * 2 * T + t0 + o_t)
         b_ts = tl.load(disc + (bh * 2 + 1) * T + t0 + o_t)
-        b_seg = tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.float32)
+        b_seg = (tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.
+            float32))
         b_w = tl.where(m_strict, tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
                        tl.where(m_diag, b_gamma[:, None], 0.0))
         b_edc = tl.exp(b_dacs)
@@ -241,7 +248,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         if HAS_Z:
             zt = tl.load(z + p_x).to(tl.float32)
             dz_acc = tl.zeros([C, BP], dtype=tl.float32)
-        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]  # [C, N], rank 0 of q_rot / k_rot
+        # [C, N], rank 0 of q_rot / k_rot
+        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]
         for r in range(R):
             b_q = tl.load(q_rot + p_rk + r * N)
             # Inter-chunk term from the entering state.
@@ -304,7 +312,8 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     """Right-pad the sequence to whole chunks (the golden's pad_to_chunks rule).
 
     q, k, v, dout, angles, z (dim 1) and dt, trap (dim 2) get zeros; da_cs repeats the value of its
-    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in float64.
+    last token; da_cs_rev and segsum of the last chunk are rebuilt from the extended da_cs in
+    float64.
     """
     S = q.shape[1]
     pad = -S % C
@@ -367,14 +376,12 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
         options))
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     scan_grid = (P // BLOCK_P, B * H)
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(
-        dout=dout, v=v, mimo_v=mimo_v, mimo_o=mimo_o, mimo_z=mimo_z if has_z else None,
-        d=d, z=z if has_z else None, q_rot=q_rot, k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev,
-        disc=disc,
-        segsum=segsum, states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None,
-        dz=dz if has_z else None, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P,
-        HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")),
-        options))
+    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, v=v, mimo_v=mimo_v,
+        mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, d=d, z=z if has_z else None, q_rot=q_rot,
+        k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev, disc=disc, segsum=segsum, states=states,
+        dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None, T=T, H=H, R=R
+        , N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P, HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(
+        ), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
     return calls, copies
 
 
@@ -399,13 +406,13 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-           mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-           num_programs, point):
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
+    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+    num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-                          trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                          rotary_dim_divisor, num_programs, point)
+    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
+        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
+        rotary_dim_divisor, num_programs, point))
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:
