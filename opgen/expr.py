@@ -10,6 +10,7 @@ generated dispatch code. Imports only :mod:`opgen.errors`.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import math
 import operator
@@ -38,9 +39,31 @@ def log2(x):
     return int(x).bit_length() - 1
 
 
+def bounded_pow(a, b):
+    """a ** b with the exponent at most 64 in size (a formula cannot build a huge number)."""
+    if abs(b) > 64:
+        raise ValueError(f"exponent {b} exceeds 64")
+    return a ** b
+
+
+def bounded_mul(a, b):
+    """a * b with a string or tuple repeated at most 4096 times (a formula cannot fill memory)."""
+    if (isinstance(a, (str, tuple)) and isinstance(b, int) and b > 4096) or \
+            (isinstance(b, (str, tuple)) and isinstance(a, int) and a > 4096):
+        raise ValueError("a sequence repeated more than 4096 times")
+    return a * b
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": min, "max": max, "abs": abs, "cdiv": cdiv, "pow2": pow2, "log2": log2,
 }
+# Operators the evaluator runs through a bounded helper; generated code calls bounded_pow too
+# (a sequence repeated by a formula of tensor sizes is opgen's evaluation only).
+_BOUNDED: dict[type, Callable[[Any, Any], Any]] = {ast.Pow: bounded_pow, ast.Mult: bounded_mul}
+_GENERATED_BOUNDED: dict[type, str] = {ast.Pow: "bounded_pow"}
+_HELPERS: dict[str, Callable[..., Any]] = {**FUNCTIONS, "bounded_pow": bounded_pow}
+_MAX_SOURCE = 4000  # characters of one formula
+_MAX_DEPTH = 64  # nesting of its syntax tree
 
 _BUILTINS = ("min", "max", "abs")  # generated modules call these without a definition
 
@@ -57,7 +80,16 @@ _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
 _UNARY: dict[type, Callable[[Any], Any]] = {
     ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
 }
-_MAX_POW = 64  # bound exponents so a formula cannot build huge integers
+
+
+def _depth(node: ast.AST) -> int:
+    """Nesting depth of a syntax tree, without recursion (a deep tree cannot overflow the stack)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(current))
+    return deepest
 
 
 def _check(node: ast.AST, source: str, names: set[str], calls: set[str]) -> None:
@@ -130,12 +162,24 @@ class Expr:
             return _eval(self._tree.body, env, self.source)
         except ExprError:
             raise
-        except (ArithmeticError, TypeError, ValueError) as exc:
+        except (ArithmeticError, TypeError, ValueError, RecursionError, MemoryError) as exc:
             raise ExprError(self.source, f"{type(exc).__name__}: {exc}") from None
 
     def to_python(self) -> str:
-        """Python source of the formula (for generated code); helpers keep their names."""
-        return ast.unparse(self._tree.body)
+        """Python source of the formula (for generated code); helpers keep their names, and
+        ``**`` calls the bounded helper the evaluator uses."""
+        return ast.unparse(_Bounded().visit(copy.deepcopy(self._tree.body)))
+
+
+class _Bounded(ast.NodeTransformer):
+    """Replaces the bounded operators by calls of their helpers."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if type(node.op) in _GENERATED_BOUNDED:
+            name = _GENERATED_BOUNDED[type(node.op)]
+            return ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
+        return node
 
 
 def _eval(node: ast.AST, env: Mapping[str, Any], source: str) -> Any:
@@ -149,8 +193,8 @@ def _eval(node: ast.AST, env: Mapping[str, Any], source: str) -> Any:
         return tuple(_eval(e, env, source) for e in node.elts)
     if isinstance(node, ast.BinOp):
         left, right = _eval(node.left, env, source), _eval(node.right, env, source)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW:
-            raise ExprError(source, f"exponent {right} exceeds {_MAX_POW}")
+        if type(node.op) in _BOUNDED:
+            return _BOUNDED[type(node.op)](left, right)
         return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, env, source))
@@ -189,20 +233,28 @@ def parse(source: str | int | float | bool) -> Expr:
         source = repr(source)
     if not isinstance(source, str):
         raise ExprError(repr(source), "a formula must be a string or a number")
+    if len(source) > _MAX_SOURCE:
+        raise ExprError(source[:60] + "...", f"a formula of {len(source)} characters (at most {_MAX_SOURCE})")
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(source, f"syntax error: {exc.msg}") from None
+    except (RecursionError, MemoryError):
+        raise ExprError(source[:60] + "...", "nested too deeply to parse") from None
+    if _depth(tree) > _MAX_DEPTH:
+        raise ExprError(source[:60] + "...", f"nested more than {_MAX_DEPTH} levels deep")
     names: set[str] = set()
     calls: set[str] = set()
     _check(tree, source, names, calls)
+    calls |= {_GENERATED_BOUNDED[type(n.op)] for n in ast.walk(tree)
+              if isinstance(n, ast.BinOp) and type(n.op) in _GENERATED_BOUNDED}
     return Expr(source, tuple(sorted(names)), tuple(sorted(calls)), tree)
 
 
 def python_helpers(calls: set[str] | frozenset[str]) -> str:
     """Source defining the helper functions that rendered formulas call (sorted, stable): the
     source of the very functions formulas evaluate with, so the two never drift apart."""
-    return "\n\n".join(inspect.getsource(FUNCTIONS[name])
+    return "\n\n".join(inspect.getsource(_HELPERS[name])
                        for name in sorted(calls) if name not in _BUILTINS)
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from .errors import ExprError, SpecError
 from .expr import Expr, parse
+from .spec_values import UniqueKeyLoader, check_values
 
 BACKENDS = ("cuda", "npu", "interpreter")
 """Backends a spec may name. ``interpreter`` runs the npu rendering on the CPU."""
@@ -399,9 +400,15 @@ def load_spec(path: str | Path, root: str | Path | None = None) -> OpSpec:
     except ValueError:
         shown = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise SpecError(shown, "<root>", "valid YAML", str(exc).splitlines()[0]) from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None and "line" not in problem else ""
+        raise SpecError(shown, "<root>", "valid YAML", problem + where) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(shown, "<root>", "UTF-8 text", f"byte {exc.object[exc.start]:#04x} at offset "
+                        f"{exc.start}") from None
     except OSError as exc:
         raise SpecError(shown, "<root>", "a readable file", exc.strerror) from None
     if not isinstance(data, dict):
@@ -413,6 +420,7 @@ def load_spec(path: str | Path, root: str | Path | None = None) -> OpSpec:
     except ValidationError as exc:
         raise _schema_error(shown, exc) from None
     _validate_semantics(spec, shown)
+    check_values(spec, shown, DTYPES)
     return spec
 
 

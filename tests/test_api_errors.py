@@ -31,8 +31,8 @@ def _call(x, **changes):
     (lambda x: {"chunk_size": 32.0}, TypeError, r"chunk_size must be an int, got float 32\.0"),
     (lambda x: {"use_exp2": 1}, TypeError, r"use_exp2 must be a bool, got int 1"),
     (lambda x: {"scale": "0.1"}, TypeError, r"scale must be a float, got str"),
-    (lambda x: {"scale": float("nan")}, ValueError, r"scale must be finite, got nan"),
-    (lambda x: {"scale": float("inf")}, ValueError, r"scale must be finite, got inf"),
+    (lambda x: {"scale": float("nan")}, ValueError, r"scale must be a finite float32 value \(\|scale\| <= 3.402823e\+38: the kernels take it in float32\), got nan"),
+    (lambda x: {"scale": float("inf")}, ValueError, r"scale must be a finite float32 value \(\|scale\| <= 3.402823e\+38: the kernels take it in float32\), got inf"),
     (lambda x: {"h": x["h"].to("meta")}, ValueError, r"h is on meta but q is on cpu"),
 ])
 def test_bad_input_names_the_argument(x, change, exc, pattern):

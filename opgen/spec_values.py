@@ -1,0 +1,88 @@
+"""What a spec states, checked past its names and types: YAML without duplicate keys, the op's
+name, scalar defaults the generated code can hold, check messages that format, case values of
+their declared kinds. Called by :func:`opgen.spec.load_spec`; every error names the file, the
+key path and what was expected.
+Uses ``errors``.
+"""
+from __future__ import annotations
+
+import keyword
+import math
+import string
+from typing import Any
+
+import yaml
+
+from .errors import SpecError
+
+# Names the generated package imports or lives beside: an op of that name would shadow them.
+RESERVED_OPS = frozenset({"torch", "triton", "numpy", "math", "os", "sys", "importlib", "functools",
+                          "itertools", "typing", "generated", "opgen", "kernels"})
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a mapping with a key twice (YAML itself keeps the last)."""
+
+
+def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} at line {line} (first at line {seen[key]})",
+                key_node.start_mark)
+        seen[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def check_values(spec: Any, file: str, dtypes: Any) -> None:
+    """Raise SpecError on the first value of ``spec`` (an OpSpec) the generated code could not use."""
+    if keyword.iskeyword(spec.op) or spec.op in RESERVED_OPS:
+        raise SpecError(file, "op", f"a name that is no Python keyword nor one of {sorted(RESERVED_OPS)}",
+                        spec.op)
+    for name, arg in spec.signature.scalars.items():
+        for i, value in enumerate((arg.default, *(arg.choices or ()))):
+            at = f"signature.scalars.{name}." + ("default" if i == 0 else f"choices.{i - 1}")
+            if not _of_kind(arg.type, value, dtypes):
+                raise SpecError(file, at, f"a finite {arg.type} value", value)
+    names = set(spec.input_names()) | set(spec.params)
+    for i, check in enumerate(spec.checks):
+        _check_message(file, f"checks.{i}.message", check.message, names)
+    kinds = {n: a.type for n, a in spec.signature.scalars.items()}
+    kinds |= {d: "int" for d in spec.dim_symbols()} | {"dtype": "dtype"}
+    for set_name, rows in spec.cases.items():
+        for i, row in enumerate(rows):
+            for key, value in row.items():
+                kind = "bool" if key.endswith("_given") else kinds.get(key)
+                for v in (value if isinstance(value, tuple) else (value,)):
+                    if kind is not None and not _of_kind(kind, v, dtypes):
+                        raise SpecError(file, f"cases.{set_name}.{i}.{key}", f"a {kind} value", v)
+
+
+def _of_kind(kind: str, value: Any, dtypes: Any) -> bool:
+    """Whether ``value`` is a value of a scalar kind: an int, a finite float, a bool, a dtype name."""
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, str) and value in dtypes
+
+
+def _check_message(file: str, at: str, message: str, names: set[str]) -> None:
+    """A check's message must format with the names the check sees (as the generated code does)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(message) if f is not None]
+        unknown = [f for f in fields if f not in names]
+        if unknown:
+            raise SpecError(file, at, f"placeholders among the inputs and params {sorted(names)}", unknown)
+        message.format(**{f: 1 for f in fields})
+    except (ValueError, IndexError, KeyError) as exc:
+        raise SpecError(file, at, "a message str.format can fill ({name} placeholders)",
+                        f"{message!r}: {exc}") from None

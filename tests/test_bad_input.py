@@ -1,0 +1,116 @@
+"""Malformed specs, formulas and op calls get an error that names the problem, never a traceback
+from deep inside opgen or a generated module, and never a silently wrong value."""
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from opgen.errors import ExprError, SpecError
+from opgen.expr import bounded_pow, parse
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+GLA = ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml"
+
+
+def _write(tmp_path: Path, text: str | bytes, stem: str = "chunk_gla_fwd_o_gk") -> Path:
+    path = tmp_path / f"{stem}.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _dump(data: dict) -> str:
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path):
+    text = GLA.read_text()
+    first = text.index("\ntunables:")
+    doubled = text + text[first:text.index("\nconstraints:")]  # a second tunables: block at the end
+    with pytest.raises(SpecError, match=r"duplicate key 'tunables' at line \d+ \(first at line \d+\)"):
+        load_spec(_write(tmp_path, doubled), tmp_path)
+
+
+def test_a_spec_that_is_not_utf8_is_an_error_not_a_decode_traceback(tmp_path):
+    text = GLA.read_text().replace("Origin", "Orig\u00efn", 1).encode("latin-1", errors="replace")
+    with pytest.raises(SpecError, match="UTF-8 text"):
+        load_spec(_write(tmp_path, text), tmp_path)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: d.update(op="torch"), "no Python keyword nor one of"),
+    (lambda d: d["signature"]["scalars"]["scale"].update(default=float("inf")), "a finite float value"),
+    (lambda d: d["checks"][0].update(message="v must match {q_dtype"), "a message str.format can fill"),
+    (lambda d: d["checks"][0].update(message="v must match {q_dtype:zz}"), "a message str.format can fill"),
+    (lambda d: d["checks"][0].update(message="v must match {nothing}"), "placeholders among the inputs"),
+    (lambda d: next(iter(d["cases"].values()))[0].update(T="fifty"), "a int value"),
+])
+def test_values_the_generated_code_could_not_use_are_refused(tmp_path, change, expected):
+    data = yaml.safe_load(GLA.read_text())
+    change(data)
+    stem = data["op"]
+    with pytest.raises(SpecError, match=expected):
+        load_spec(_write(tmp_path, _dump(data), stem), tmp_path)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("-" * 5000 + "1", "characters"),
+    ("+".join(["1"] * 50000), "characters"),
+    ("abs(" * 80 + "N" + ")" * 80, "nested more than 64 levels"),
+    ("-" * 100 + "N", "nested more than 64 levels"),
+])
+def test_formulas_too_long_or_deep_are_refused_at_parse(source, expected):
+    with pytest.raises(ExprError, match=expected):
+        parse(source)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("N ** 9 ** 9", "exponent 387420489 exceeds 64"),
+    ("'x' * 10 ** 15", "repeated more than 4096 times"),
+    ("(1, 2) * N", "repeated more than 4096 times"),
+])
+def test_formulas_that_would_hang_or_fill_memory_fail_fast(source, expected):
+    with pytest.raises(ExprError, match=expected):
+        parse(source).evaluate({"N": 10 ** 6})
+
+
+def test_generated_formulas_bound_exponents_as_opgen_does():
+    expr = parse("N ** 9 ** 9 + 2 ** N")
+    assert expr.to_python() == "bounded_pow(N, bounded_pow(9, 9)) + bounded_pow(2, N)"
+    assert "bounded_pow" in expr.calls
+    assert bounded_pow(2, 10) == 1024
+    with pytest.raises(ValueError, match="exceeds 64"):
+        bounded_pow(3, 65)
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def test_mamba3_with_no_key_groups_names_the_size(interpret):
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+    from opgen.references.mamba3_mimo_bwd_fwd import make_inputs
+
+    x = make_inputs(1, 16, 2, 1, 8, 8, 2, chunk_size=8, dtype=torch.bfloat16, seed=1)
+    x["q"], x["k"] = x["q"][:, :, :, :0], x["k"][:, :, :, :0]  # G = 0
+    with pytest.raises(ValueError, match="every dimension must be positive, got .* G=0"):
+        mamba3_mimo_bwd_fwd(**x)
+
+
+@pytest.mark.parametrize("scale, shown", [(10 ** 400, "an int of 401 digits"), (1e39, "1e+39"),
+                                          (float("nan"), "nan"), (-3.5e38, "-3.5e+38")])
+def test_gla_scale_must_fit_float32(interpret, scale, shown):
+    from generated.chunk_gla_fwd_o_gk import chunk_gla_fwd_o_gk
+
+    q = torch.zeros(1, 64, 1, 32, dtype=torch.float16)
+    g, A, h = torch.zeros(1, 64, 1, 32), torch.zeros(1, 64, 1, 64), torch.zeros(1, 1, 1, 32, 32)
+    with pytest.raises(ValueError, match=r"scale must be a finite float32 value .* got " + re.escape(shown)):
+        chunk_gla_fwd_o_gk(q, q.clone(), g, A, h, scale=scale, chunk_size=64)
+    assert os.environ["TRITON_INTERPRET"] == "1"
