@@ -30,6 +30,34 @@ def _root(args: argparse.Namespace) -> Path:
     return Path(args.root).resolve() if args.root else _find_root(Path.cwd())
 
 
+def _op_spec(root: Path, op: str):
+    """The spec of ``op``, an operator of the project's ``specs/`` (a name, never a path).
+
+    Raises:
+        UsageError: for a name that is no op of the project, listing the ops.
+    """
+    from .errors import UsageError
+    from .spec import load_spec
+
+    ops = sorted(p.stem for p in (root / "specs").glob("*.yaml"))
+    if op not in ops:
+        raise UsageError(f"{op!r} is not an op of {root / 'specs'} (ops: {', '.join(ops) or 'none'})")
+    return load_spec(root / "specs" / f"{op}.yaml", root)
+
+
+def _records_file(path: str) -> Path:
+    """``--records``: a file (it may not exist yet), never a folder.
+
+    Raises:
+        UsageError: naming a folder given as the records file.
+    """
+    from .errors import UsageError
+
+    if Path(path).is_dir():
+        raise UsageError(f"--records {path} is a folder; give the records file (records/<chip>/<op>.jsonl)")
+    return Path(path)
+
+
 def _options(args: argparse.Namespace, **changes: object) -> dict[str, object]:
     """The parsed options as a JSON-able value with ``changes``: what a shard process is given."""
     return {**{k: v for k, v in vars(args).items() if k != "func"}, **changes}
@@ -79,10 +107,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .kernels import stale_kernels
     from .records import record_path
     from .shard import parse_shard, run_shards, shard_plans
-    from .spec import load_spec
 
     root = _root(args)
-    spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
+    spec = _op_spec(root, args.op)
     chip = profile(args.chip)
     rows = spec.expand_cases(args.cases)
     variants = args.variants.split(",") if args.variants else None
@@ -115,7 +142,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
+    path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
     campaign, earlier, standing = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings,
                                                              path, date, progress=not args.no_progress)
@@ -140,11 +167,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import Protocol
     from .errors import SpecError
     from .shard import assign, parse_shard
-    from .spec import forced_axes, load_spec
+    from .spec import forced_axes
 
     root = _root(args)
     sys.path.insert(0, str(root))
-    spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
+    spec = _op_spec(root, args.op)
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
@@ -262,12 +289,11 @@ def _cmd_records(args: argparse.Namespace) -> int:
     from .kernels import kernel_hashes
     from .records import record_path
     from .report import report
-    from .spec import load_spec
 
     root = _root(args)
-    spec = load_spec(root / "specs" / f"{args.op}.yaml", root)
+    spec = _op_spec(root, args.op)
     chip = profile(args.chip)
-    path = Path(args.records) if args.records else record_path(root, chip.name, spec.op)
+    path = _records_file(args.records) if args.records else record_path(root, chip.name, spec.op)
     print(report(spec, chip, path, kernel_hashes(root, spec, chip.rendering)))
     return 0
 

@@ -7,11 +7,13 @@ The output is a pure function of the specs, the templates and the tuning records
 from __future__ import annotations
 
 import inspect
+import shutil
 import string
 from pathlib import Path
 from typing import Any
 
 from . import records as records_mod
+from .case_checks import check_cases
 from .kernels import (GENERATED, RENDERINGS, GeneratedFile, OpInputs, op_environment, op_inputs,
                       render_kernels)
 from .errors import BuildError, SpecError
@@ -191,7 +193,8 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
 
 
 def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
-    """Every generated file of one op."""
+    """Every generated file of one op, once its cases run through its checks and defaults."""
+    check_cases(spec)
     env = op_environment(root, spec.op)
     inputs = op_inputs(root, spec)
     base = f"{GENERATED}/{spec.op}"
@@ -226,28 +229,44 @@ def build_all(root: Path) -> list[GeneratedFile]:
 
 
 def stale(root: Path, files: list[GeneratedFile]) -> list[str]:
-    """Paths that differ from ``files``: changed, missing, or on disk but not generated."""
+    """Paths that differ from ``files``: changed, missing, a link or a folder where a file
+    belongs, executable, or on disk but not generated (a link, or any file but the bytecode
+    Python caches in ``__pycache__``)."""
     wanted = {f.path: f.text for f in files}
     out = []
     for path, text in wanted.items():
         target = root / path
-        if not target.exists() or target.read_bytes() != text.encode("utf-8"):
+        if (target.is_symlink() or not target.is_file() or target.stat().st_mode & 0o111
+                or target.read_bytes() != text.encode("utf-8")):
             out.append(path)
     on_disk = {p.relative_to(root).as_posix() for p in (root / GENERATED).rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts}
+               if (p.is_symlink() or not p.is_dir()) and not _bytecode(p)}
     out.extend(sorted(on_disk - set(wanted)))
     return sorted(out)
 
 
+def _bytecode(path: Path) -> bool:
+    """A cache file Python writes beside the generated modules (never compared)."""
+    return path.parent.name == "__pycache__" and path.suffix == ".pyc" and not path.is_symlink()
+
+
 def write(root: Path, files: list[GeneratedFile]) -> list[str]:
-    """Write ``files`` and delete stray files under ``generated/``; return the paths changed."""
+    """Write ``files`` (plain files, not executable), delete what else is under ``generated/``
+    and the folders left empty; return the paths changed."""
     changed = stale(root, files)
-    wanted = {f.path for f in files}
+    wanted = {f.path: f.text for f in files}
     for path in changed:
         target = root / path
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.is_dir():
+            shutil.rmtree(target)
         if path in wanted:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(next(f.text for f in files if f.path == path).encode("utf-8"))
-        else:
-            target.unlink()
+            target.write_bytes(wanted[path].encode("utf-8"))
+            target.chmod(0o644)
+    for folder in sorted((p for p in (root / GENERATED).rglob("*") if p.is_dir() and not p.is_symlink()),
+                         key=lambda p: len(p.parts), reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
     return changed

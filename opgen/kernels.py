@@ -6,12 +6,13 @@ Uses ``spec``, ``space``, ``render``, ``records``, ``errors``.
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from .errors import BuildError
+from .errors import BuildError, RenderError
 from .records import kernel_hash
 from .render import environment, file_hash, header, render
 from .space import variants_for
@@ -108,9 +109,27 @@ def render_kernels(root: Path, spec: OpSpec, renderings: tuple[str, ...] = RENDE
             context = dict(header=head, op=spec.op, variant_name=variant.name,
                            backend=rendering, launch_options=launch, **variant.flags)
             source = render(env, variant.template, context)
+            _require_launch(source, variant.template, rendering, variant.name)
             out.append(KernelFile(f"{GENERATED}/{spec.op}/kernels/{rendering}/{variant.name}.py",
                                   wrap_source(source), rendering, variant.name, source))
     return out
+
+
+# What the generated API, the tuner's worker and the benchmark call in every kernel module.
+KERNEL_ENTRY = "launch"
+
+
+def _require_launch(source: str, template: str, rendering: str, variant: str) -> None:
+    """A kernel module must define ``launch`` at its top level.
+
+    Raises:
+        RenderError: naming the template, the rendering and the variant otherwise.
+    """
+    defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+    if KERNEL_ENTRY not in defined:
+        raise RenderError(f"template {template} rendered the {rendering} kernel module of {variant} "
+                          f"without a top-level {KERNEL_ENTRY}() (the generated API calls "
+                          f"{KERNEL_ENTRY}(..., num_programs=..., point=...))")
 
 
 def kernel_hashes(root: Path, spec: OpSpec, rendering: str) -> dict[str, str]:

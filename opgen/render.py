@@ -29,8 +29,19 @@ def content_hash(texts: Iterable[str]) -> str:
 
 
 def file_hash(paths: Iterable[Path]) -> str:
-    """Hash of the named files' contents (paths sorted by the caller)."""
-    return content_hash(p.read_text(encoding="utf-8") for p in paths)
+    """Hash of the named files' contents (paths sorted by the caller).
+
+    Raises:
+        RenderError: naming a file that is not UTF-8 text.
+    """
+    texts = []
+    for path in paths:
+        try:
+            texts.append(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise RenderError(f"{path} is not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset "
+                              f"{exc.start}") from None
+    return content_hash(texts)
 
 
 def header(rows: Iterable[tuple[str, str, str]]) -> str:
@@ -80,6 +91,9 @@ def render(env: jinja2.Environment, template: str, context: dict[str, Any], widt
         text = env.get_template(template).render(**context)
     except jinja2.TemplateError as exc:
         raise RenderError(f"template {template}: {type(exc).__name__}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RenderError(f"template {template} (or one it includes) is not UTF-8 text: byte "
+                          f"{exc.object[exc.start]:#04x} at offset {exc.start}") from None
     text = _tidy(text)
     if width is not None:
         text = wrap_module(text, width)

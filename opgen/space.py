@@ -7,6 +7,7 @@ No I/O, no clock, no device. Uses ``spec``, ``expr``, ``hardware``, ``errors``.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -195,7 +196,20 @@ def budget_parts(spec: OpSpec, variant: Variant, config: Mapping[str, Any], para
         return None
     kind, parts = found
     env = {**params, **variant.flags, **config}
-    return kind, {name: int(expr.evaluate(env)) for name, expr in parts.items()}
+    return kind, {name: _bytes(spec, profile, kind, name, expr.evaluate(env)) for name, expr in parts.items()}
+
+
+def _bytes(spec: OpSpec, profile: ChipProfile, kind: str, part: str, value: Any) -> int:
+    """A budget formula's value as a byte count: a non-negative int or finite float, nothing else
+    (a bool or a string would be a count by accident).
+
+    Raises:
+        SpecError: naming the formula's key path and the value it gave.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        where = f"budgets.{profile.rendering}.{kind}" + (f".{part}" if part else "")
+        raise SpecError(spec.path, where, "a formula giving a byte count (a number >= 0)", repr(value))
+    return int(value)
 
 
 def budget_bytes(spec: OpSpec, variant: Variant, config: Mapping[str, Any],

@@ -2,6 +2,9 @@
 from deep inside opgen or a generated module, and never a silently wrong value."""
 import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +117,85 @@ def test_gla_scale_must_fit_float32(interpret, scale, shown):
     with pytest.raises(ValueError, match=r"scale must be a finite float32 value .* got " + re.escape(shown)):
         chunk_gla_fwd_o_gk(q, q.clone(), g, A, h, scale=scale, chunk_size=64)
     assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+# --- the build and the command line, on the toy project -------------------------------------------
+TOY = Path(__file__).resolve().parent / "toy_project"
+
+
+def _toy(tmp_path: Path) -> Path:
+    shutil.copytree(TOY, tmp_path / "toy")
+    return tmp_path / "toy"
+
+
+def _opgen(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "opgen.cli", "--root", str(root), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _edit(root: Path, old: str, new: str) -> None:
+    spec = root / "specs" / "toy_op.yaml"
+    text = spec.read_text()
+    assert old in text
+    spec.write_text(text.replace(old, new))
+
+
+def test_check_and_build_see_links_caches_modes_and_folders(tmp_path):
+    root = _toy(tmp_path)
+    assert _opgen(root, "build").returncode == 0
+    gen = root / "generated" / "toy_op"
+    module = gen / "kernels" / "cuda" / "good.py"
+    (gen / "stray_link.py").symlink_to(module)  # a link is never generated
+    (gen / "__pycache__").mkdir(exist_ok=True)
+    (gen / "__pycache__" / "planted.py").write_text("x = 1\n")
+    module.chmod(0o755)
+    (gen / "kernels" / "empty").mkdir()
+    table = gen / "table_interpreter.py"
+    table.unlink()
+    table.mkdir()  # a folder where a generated file belongs
+    check = _opgen(root, "build", "--check")
+    assert check.returncode == 1
+    for path in ("stray_link.py", "__pycache__/planted.py", "kernels/cuda/good.py", "table_interpreter.py"):
+        assert f"generated/toy_op/{path}" in check.stderr, path
+    assert _opgen(root, "build").returncode == 0
+    assert _opgen(root, "build", "--check").returncode == 0
+    assert not (gen / "stray_link.py").exists() and not (gen / "kernels" / "empty").exists()
+    assert table.is_file() and not module.stat().st_mode & 0o111
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ('  - "BLOCK <= max(16, pow2(N))"\n', '  - "BLOCK <= max(16, pow2(N))"\nchecks:\n'
+     '  - {rule: "N // 0 == 0", error: ValueError, message: "never"}\n', "checks.0 cannot be evaluated"),
+    ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', 'ub_bytes: "BLOCK > 4"', "a byte count"),
+    ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', "ub_bytes: \"'a lot'\"", "a byte count"),
+])
+def test_the_build_refuses_what_would_fail_later(tmp_path, old, new, expected):
+    root = _toy(tmp_path)
+    _edit(root, old, new)
+    result = _opgen(root, "build")
+    assert result.returncode != 0 and expected in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_template_without_launch_or_not_utf8_is_named(tmp_path):
+    root = _toy(tmp_path)
+    template = root / "templates" / "toy_op" / "kernel.py.j2"
+    text = template.read_text()
+    template.write_text(text.replace("def launch(", "def start("))
+    result = _opgen(root, "build")
+    assert result.returncode != 0 and "without a top-level launch()" in result.stderr
+    template.write_bytes(text.replace("y = 2 x", "y = 2 \u00d7 x").encode("latin-1") + b"\n# \xff\n")
+    result = _opgen(root, "build")
+    assert result.returncode != 0 and "is not UTF-8 text" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_command_line_takes_ops_by_name_and_records_as_files(tmp_path):
+    root = _toy(tmp_path)
+    outside = tmp_path / "outside" / "specs"
+    outside.mkdir(parents=True)
+    shutil.copy(root / "specs" / "toy_op.yaml", outside / "op.yaml")
+    result = _opgen(root, "tune", "../outside/specs/op", "--chip", "interpreter", "--cases", "smoke")
+    assert result.returncode != 0 and "is not an op of" in result.stderr and "toy_op" in result.stderr
+    (root / "records").mkdir(exist_ok=True)
+    result = _opgen(root, "records", "toy_op", "--chip", "interpreter", "--records", str(root / "records"))
+    assert result.returncode != 0 and "is a folder" in result.stderr

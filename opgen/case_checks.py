@@ -1,0 +1,75 @@
+"""The spec's cases run, at build time, through what the generated API evaluates at call time:
+its params, its checks and every chip's default choice. A rule that cannot be evaluated on a
+case (a division by zero, say), a case that fails a check, or a default that breaks is a
+BuildError naming the case, instead of code that fails at a user's call.
+Uses ``space``, ``spec``, ``hardware``, ``errors``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .errors import BuildError, ExprError, OpgenError
+from .hardware import PROFILES, ChipProfile
+from .space import case_inputs, default_point, evaluate_params
+from .spec import OpSpec
+
+
+def check_cases(spec: OpSpec) -> int:
+    """Evaluate params, checks and each chip's defaults on every case of every case set;
+    return how many cases were checked.
+
+    Raises:
+        BuildError: naming the case set, the case and the rule or default that failed.
+    """
+    count = 0
+    for set_name in spec.cases:
+        for i, row in enumerate(spec.expand_cases(set_name)):
+            where = f"{spec.path}: case {set_name}[{i}] {dict(row)}"
+            params = _params(spec, row, where)
+            for j, check in enumerate(spec.checks):
+                try:
+                    holds = check.rule.evaluate(params)
+                except ExprError as exc:
+                    raise BuildError(f"{where}: checks.{j} cannot be evaluated: {exc}") from None
+                if not holds:
+                    raise BuildError(f"{where}: fails checks.{j} ({check.rule.source}): "
+                                     f"{check.message.format(**params)}")
+            for chip in _chips():
+                if chip.backend in spec.dispatch.defaults:
+                    try:
+                        default_point(spec, chip, params)
+                    except OpgenError as exc:
+                        raise BuildError(f"{where}: the {chip.name} default fails: {exc}") from None
+            count += 1
+    return count
+
+
+def _chips() -> list[ChipProfile]:
+    """Every chip profile; one whose core count the driver reads at run time (no public figure)
+    takes each count its backend's other chips have, so its defaults are evaluated too."""
+    known = {}
+    for chip in PROFILES.values():
+        if _cores(chip) is not None:
+            known.setdefault(chip.backend, set()).add(_cores(chip))
+    out = []
+    for chip in PROFILES.values():
+        if _cores(chip) is not None:
+            out.append(chip)
+        else:
+            out.extend(dataclasses.replace(chip, cube_cores=n) for n in sorted(known.get(chip.backend, ())))
+    return out
+
+
+def _cores(chip: ChipProfile) -> int | None:
+    try:
+        return chip.cores
+    except OpgenError:
+        return None
+
+
+def _params(spec: OpSpec, row: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return evaluate_params(spec, case_inputs(spec, row))
+    except OpgenError as exc:
+        raise BuildError(f"{where}: its params do not evaluate: {exc}") from None
