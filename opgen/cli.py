@@ -48,7 +48,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from . import freeze
 
     root = _root(args)
-    files = freeze.build_all(root)
+    notes: list[str] = []
+    files = freeze.build_all(root, notes)
+    for note in notes:
+        print(f"opgen build: {note}", file=sys.stderr)
     if args.check:
         stale = freeze.stale(root, files)
         if stale:

@@ -164,7 +164,7 @@ def _all_exprs(spec: OpSpec) -> list[Expr]:
 
 
 def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, env,
-                kernel_hashes: dict[str, str]) -> GeneratedFile:
+                kernel_hashes: dict[str, str], notes: list[str] | None = None) -> GeneratedFile:
     rec_path = records_mod.record_path(root, chip.name, spec.op)
     rel = rec_path.relative_to(root).as_posix()
     table = frozen_rows(spec, chip, rec_path, kernel_hashes)
@@ -175,7 +175,11 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     tuned = len(shown["tuned"])
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
                f"combinations filled from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
-               f"{len(table.stale)} stale records not frozen.")
+               f"{len(table.stale)} stale records not frozen"
+               + (", its torn last line skipped." if table.torn else "."))
+    if table.torn and notes is not None:
+        notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "
+                     "next `opgen tune` of this op and chip cuts it, or delete that line by hand")
     key_line = (f"Key: ({', '.join(spec.dispatch.key)}); the fields at BUCKETED hold bucket indices, "
                 "their ranges are in the comments.")
     context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
@@ -190,8 +194,8 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     return GeneratedFile(f"{GENERATED}/{spec.op}/table_{chip.name}.py", text)
 
 
-def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
-    """Every generated file of one op."""
+def build_op(root: Path, spec: OpSpec, notes: list[str] | None = None) -> list[GeneratedFile]:
+    """Every generated file of one op; what a person should know of its records goes to ``notes``."""
     env = op_environment(root, spec.op)
     inputs = op_inputs(root, spec)
     base = f"{GENERATED}/{spec.op}"
@@ -207,12 +211,13 @@ def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
         hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
         files.append(GeneratedFile(kernel.path, kernel.text))
     for chip in PROFILES.values():
-        files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering]))
+        files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering], notes))
     return files
 
 
-def build_all(root: Path) -> list[GeneratedFile]:
-    """Every file of ``generated/`` for every spec under ``specs/``, sorted by path."""
+def build_all(root: Path, notes: list[str] | None = None) -> list[GeneratedFile]:
+    """Every file of ``generated/`` for every spec under ``specs/``, sorted by path; what a person
+    should know of the records (a torn last line skipped) goes to ``notes``."""
     specs = load_specs(root / "specs", root)
     if not specs:
         raise BuildError(f"no specs under {root / 'specs'}")
@@ -221,7 +226,7 @@ def build_all(root: Path) -> list[GeneratedFile]:
     files = [GeneratedFile(f"{GENERATED}/__init__.py",
                            header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc)]
     for spec in specs:
-        files.extend(build_op(root, spec))
+        files.extend(build_op(root, spec, notes))
     return sorted(files, key=lambda f: f.path)
 
 

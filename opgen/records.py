@@ -4,8 +4,8 @@ by ``opgen.table``).
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying
 its full key: op, chip, toolchain, the kernel's content hash, the dispatch key (``opgen.keys``) and the case row.
-Writers append under an exclusive ``flock`` with flush and fsync; readers skip a torn last line and
-count it, refuse a malformed line elsewhere and refuse a record of another op, chip or schema
+Writers append under an exclusive ``flock`` with flush and fsync; readers skip blank lines and a torn
+last line (counted), refuse a malformed line elsewhere and refuse a record of another op, chip or schema
 (optuna ``journal/_file.py``; Kernel Tuner ``process_cache``). No clock, no device: dates come from
 the caller. Uses ``errors``, ``expr``, ``keys``.
 """
@@ -305,6 +305,8 @@ def read(path: Path, *, op: str, chip: str) -> RecordFile:
     torn = 0
     for n, raw in enumerate(lines, 1):
         where = f"{path}:{n}"
+        if not raw.strip():
+            continue  # a blank line (one left by an editor at the end) holds no record
         try:
             obj = json.loads(raw)
         except ValueError as exc:
