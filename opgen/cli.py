@@ -117,6 +117,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                              protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
     import optuna
 
+    from .lifetime import stop_workers_on_signals
+
+    stop_workers_on_signals()  # a tuner stopped by a signal takes its worker processes with it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")

@@ -28,7 +28,9 @@ from .keys import Key
 SCHEMA = 1
 """Version of the line format; a line of any other version is a foreign record."""
 
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget")
+STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget", "killed")
+"""A trial's outcome; ``killed``: its worker was killed from outside (a signal it did not raise
+itself), which says nothing of the point."""
 BUDGET_KINDS = ("ub_bytes", "smem_bytes")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
