@@ -224,10 +224,20 @@ def build_all(root: Path, notes: list[str] | None = None) -> list[GeneratedFile]
     doc = '"""Generated operators. Import `generated.<op>`; never edit: run `opgen build`."""\n'
     hashes = content_hash(s.op for s in specs)
     files = [GeneratedFile(f"{GENERATED}/__init__.py",
-                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc)]
+                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc),
+             _interpreter_file()]
     for spec in specs:
         files.extend(build_op(root, spec, notes))
     return sorted(files, key=lambda f: f.path)
+
+
+def _interpreter_file() -> GeneratedFile:
+    """``generated/_interpreter.py``: bf16 by value in the Triton interpreter, the copy of
+    ``opgen/interpreter.py`` that the public API of every op applies under ``TRITON_INTERPRET=1``
+    (generated code never imports opgen)."""
+    text = (Path(__file__).parent / "interpreter.py").read_text(encoding="utf-8")
+    return GeneratedFile(f"{GENERATED}/_interpreter.py",
+                         header([("source", "opgen/interpreter.py", content_hash([text]))]) + text)
 
 
 def stale(root: Path, files: list[GeneratedFile]) -> list[str]:

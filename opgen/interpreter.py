@@ -22,8 +22,10 @@ in fp32 and round once (triton 3.2 already widens bf16 before ``tl.sum``; upstre
 not, and its ``tl.sum`` of bf16 is garbage without this); the generic paths go through the
 patched binary ops.
 
-The patch is process-wide and cannot be undone. Tested on triton-ascend 3.2.0 and upstream
-triton 3.6.0 (the same ``InterpreterBuilder``/``ReduceOps``/``ScanOps`` names). A missing
+opgen applies it wherever it runs kernels under the interpreter: its worker processes, and the
+generated API, which imports the copy ``opgen build`` writes to ``generated/_interpreter.py``
+(this module needs no other opgen module, so the copy runs alone). The patch is process-wide and
+cannot be undone. Tested on triton-ascend 3.2.0 and upstream triton 3.6.0 (the same ``InterpreterBuilder``/``ReduceOps``/``ScanOps`` names). A missing
 method raises :class:`InterpreterPatchError` naming it; nothing is patched in that case.
 """
 from __future__ import annotations
@@ -32,7 +34,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from opgen.errors import InterpreterPatchError
+
+class InterpreterPatchError(RuntimeError):
+    """The installed Triton interpreter lacks something the bf16 patch needs."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"Triton interpreter patch: {detail}")
 
 __all__ = ["InterpreterPatchError", "patch_bf16", "is_bf16_patched", "bf16_bits_to_f32",
            "f32_to_bf16_bits"]

@@ -265,12 +265,18 @@ def _serve(conn, root: str, env: dict[str, str], spec: Any, parent: int) -> None
     """Worker process loop: run tasks of ``spec``'s op until told to stop or the device context
     is suspect.
 
-    ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import)."""
+    ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import);
+    under the interpreter, bf16 is computed by value (``opgen.interpreter``)."""
     die_with_parent(parent)
     os.environ.update(env)
     sys.path.insert(0, root)
     import torch  # noqa: F401  (imported before "ready": start-up is not charged to a task)
     import triton  # noqa: F401
+
+    if os.environ.get("TRITON_INTERPRET") == "1":  # bf16 computed by value, as the API does there
+        from .interpreter import patch_bf16
+
+        patch_bf16()
 
     conn.send("ready")
     state = WorkerState(spec)
