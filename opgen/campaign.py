@@ -6,9 +6,12 @@ winners that seed each study, and the end-of-campaign summary. Uses ``tune``, ``
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .errors import OpgenError
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_text
@@ -25,10 +28,59 @@ def open_storage(where: str):
 
     if "://" in where:
         return optuna.storages.RDBStorage(where)
-    from optuna.storages.journal import JournalFileBackend
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
     Path(where).parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.JournalStorage(JournalFileBackend(where))
+    lock = JournalFileSymlinkLock(where)  # the lock optuna's writers take
+    lock.acquire()
+    try:
+        if mend_journal(Path(where)):
+            print(f"opgen tune: {where}: cut its torn last line (a run died writing it); the trial it "
+                  "belonged to is measured again", file=sys.stderr)
+    finally:
+        lock.release()
+    return optuna.storages.JournalStorage(JournalFileBackend(where, lock))
+
+
+def mend_journal(path: Path) -> bool:
+    """Check an optuna journal file before it is opened (under its lock): end it with a newline,
+    cutting a torn last line, as :func:`opgen.records.append` does for records. Optuna's reader
+    skips such a line, but its next append would join it and leave a malformed line for good.
+
+    Returns:
+        Whether a torn line was cut.
+
+    Raises:
+        OpgenError: a malformed line before the last, naming the file and what to do.
+    """
+    import json
+
+    if not path.exists():
+        return False
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # after the last newline: empty unless the last line is torn
+    for n, line in enumerate(lines, 1):
+        try:
+            json.loads(line)
+        except ValueError as exc:
+            raise OpgenError(f"{path}:{n}: not a journal line ({exc}); optuna cannot resume from it: move "
+                             "it aside to start the studies afresh (the records keep every measured trial)") from None
+    if not tail:
+        return False
+    with open(path, "r+b") as f:
+        try:
+            json.loads(tail)
+        except ValueError:
+            f.truncate(len(data) - len(tail))
+            cut = True
+        else:
+            f.seek(0, 2)
+            f.write(b"\n")
+            cut = False
+        f.flush()
+        os.fsync(f.fileno())
+    return cut
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],

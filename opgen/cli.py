@@ -76,7 +76,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from . import freeze
 
     root = _root(args)
-    files = freeze.build_all(root)
+    notes: list[str] = []
+    files = freeze.build_all(root, notes)
+    for note in notes:
+        print(f"opgen build: {note}", file=sys.stderr)
     if args.check:
         stale = freeze.stale(root, files)
         if stale:
@@ -141,6 +144,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                              protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
     import optuna
 
+    from .lifetime import stop_workers_on_signals
+
+    stop_workers_on_signals()  # a tuner stopped by a signal takes its worker processes with it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")

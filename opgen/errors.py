@@ -118,9 +118,3 @@ class FrontendStateError(OpgenError, RuntimeError):
 
     template = "Ascend front end: {detail}"
 
-
-class InterpreterPatchError(OpgenError, RuntimeError):
-    """The installed Triton interpreter lacks something the bf16 patch needs."""
-
-    template = "Triton interpreter patch: {detail}"
-

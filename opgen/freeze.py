@@ -166,7 +166,7 @@ def _all_exprs(spec: OpSpec) -> list[Expr]:
 
 
 def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, env,
-                kernel_hashes: dict[str, str]) -> GeneratedFile:
+                kernel_hashes: dict[str, str], notes: list[str] | None = None) -> GeneratedFile:
     rec_path = records_mod.record_path(root, chip.name, spec.op)
     rel = rec_path.relative_to(root).as_posix()
     table = frozen_rows(spec, chip, rec_path, kernel_hashes)
@@ -177,7 +177,11 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     tuned = len(shown["tuned"])
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
                f"combinations filled from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
-               f"{len(table.stale)} stale records not frozen.")
+               f"{len(table.stale)} stale records not frozen"
+               + (", its torn last line skipped." if table.torn else "."))
+    if table.torn and notes is not None:
+        notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "
+                     "next `opgen tune` of this op and chip cuts it, or delete that line by hand")
     key_line = (f"Key: ({', '.join(spec.dispatch.key)}); the fields at BUCKETED hold bucket indices, "
                 "their ranges are in the comments.")
     context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
@@ -192,8 +196,9 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     return GeneratedFile(f"{GENERATED}/{spec.op}/table_{chip.name}.py", text)
 
 
-def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
-    """Every generated file of one op, once its cases run through its checks and defaults."""
+def build_op(root: Path, spec: OpSpec, notes: list[str] | None = None) -> list[GeneratedFile]:
+    """Every generated file of one op, once its cases run through its checks and defaults; what a
+    person should know of its records goes to ``notes``."""
     check_cases(spec)
     env = op_environment(root, spec.op)
     inputs = op_inputs(root, spec)
@@ -210,22 +215,33 @@ def build_op(root: Path, spec: OpSpec) -> list[GeneratedFile]:
         hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
         files.append(GeneratedFile(kernel.path, kernel.text))
     for chip in PROFILES.values():
-        files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering]))
+        files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering], notes))
     return files
 
 
-def build_all(root: Path) -> list[GeneratedFile]:
-    """Every file of ``generated/`` for every spec under ``specs/``, sorted by path."""
+def build_all(root: Path, notes: list[str] | None = None) -> list[GeneratedFile]:
+    """Every file of ``generated/`` for every spec under ``specs/``, sorted by path; what a person
+    should know of the records (a torn last line skipped) goes to ``notes``."""
     specs = load_specs(root / "specs", root)
     if not specs:
         raise BuildError(f"no specs under {root / 'specs'}")
     doc = '"""Generated operators. Import `generated.<op>`; never edit: run `opgen build`."""\n'
     hashes = content_hash(s.op for s in specs)
     files = [GeneratedFile(f"{GENERATED}/__init__.py",
-                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc)]
+                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc),
+             _interpreter_file()]
     for spec in specs:
-        files.extend(build_op(root, spec))
+        files.extend(build_op(root, spec, notes))
     return sorted(files, key=lambda f: f.path)
+
+
+def _interpreter_file() -> GeneratedFile:
+    """``generated/_interpreter.py``: bf16 by value in the Triton interpreter, the copy of
+    ``opgen/interpreter.py`` that the public API of every op applies under ``TRITON_INTERPRET=1``
+    (generated code never imports opgen)."""
+    text = (Path(__file__).parent / "interpreter.py").read_text(encoding="utf-8")
+    return GeneratedFile(f"{GENERATED}/_interpreter.py",
+                         header([("source", "opgen/interpreter.py", content_hash([text]))]) + text)
 
 
 def stale(root: Path, files: list[GeneratedFile]) -> list[str]:

@@ -15,15 +15,18 @@ accumulator), every binary op going through ``binary_op`` (``+ - * / %``, min/ma
 comparisons, which return ``int1``), every unary op going through ``unary_op`` (exp, log, sqrt,
 ...), ``fma``, ``clamp``, ``rsqrt``, ``erf`` and casts from or to bf16 (fp32 -> bf16 rounds to
 nearest even, as the hardware does, instead of truncating); ``get_bf16`` (bf16 constants, as in
-``x * 2.0``) is added where the interpreter lacks it (triton-ascend 3.2). Bit-level ops (loads, stores,
-``where``, ``abs``, reshapes) already work on bits and are left alone. Reductions: the numpy
+``x * 2.0``) is added where the interpreter lacks it (triton-ascend 3.2). Bit-level ops (loads,
+stores, ``where``, ``abs``, reshapes) already work on bits and are left alone. Reductions: the numpy
 fast paths (``ReduceOps.sum``/``min_max``, ``ScanOps.cumsum``/``cumprod``) reduce a bf16 input
 in fp32 and round once (triton 3.2 already widens bf16 before ``tl.sum``; upstream 3.6 does
 not, and its ``tl.sum`` of bf16 is garbage without this); the generic paths go through the
 patched binary ops.
 
-The patch is process-wide and cannot be undone. Tested on triton-ascend 3.2.0 and upstream
-triton 3.6.0 (the same ``InterpreterBuilder``/``ReduceOps``/``ScanOps`` names). A missing
+opgen applies it wherever it runs kernels under the interpreter: its worker processes, and the
+generated API, which imports the copy ``opgen build`` writes to ``generated/_interpreter.py``
+(this module needs no other opgen module, so the copy runs alone). The patch is process-wide and
+cannot be undone. Tested on triton-ascend 3.2.0 and upstream triton 3.6.0 (the same
+``InterpreterBuilder``/``ReduceOps``/``ScanOps`` names). A missing
 method raises :class:`InterpreterPatchError` naming it; nothing is patched in that case.
 """
 from __future__ import annotations
@@ -32,7 +35,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from opgen.errors import InterpreterPatchError
+
+class InterpreterPatchError(RuntimeError):
+    """The installed Triton interpreter lacks something the bf16 patch needs."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"Triton interpreter patch: {detail}")
 
 __all__ = ["InterpreterPatchError", "patch_bf16", "is_bf16_patched", "bf16_bits_to_f32",
            "f32_to_bf16_bits"]
@@ -100,7 +109,8 @@ def is_bf16_patched() -> bool:
 
 
 def _check_api(interp: Any) -> None:
-    missing = [f"triton.runtime.interpreter.{a}" for a in _REQUIRED_MODULE_ATTRS if not hasattr(interp, a)]
+    missing = [f"triton.runtime.interpreter.{a}" for a in _REQUIRED_MODULE_ATTRS
+               if not hasattr(interp, a)]
     if not missing:
         wanted = {"InterpreterBuilder": (*_RESULT_LIKE, "cast_impl"), **_REDUCTIONS}
         missing = [f"{cls}.{m}" for cls, methods in wanted.items() for m in methods
@@ -171,7 +181,8 @@ def _cast_by_value(orig: Callable[..., Any], interp: Any) -> Callable[..., Any]:
             values = bf16_bits_to_f32(src.data)
             return handle_cls(values.astype(interp._get_np_dtype(dst)), dst)
         if to_bf16 and isinstance(src, handle_cls) and np.asarray(src.data).dtype != np.uint16:
-            return handle_cls(f32_to_bf16_bits(np.asarray(src.data).astype(np.float32)), tl.bfloat16)
+            bits = f32_to_bf16_bits(np.asarray(src.data).astype(np.float32))
+            return handle_cls(bits, tl.bfloat16)
         return orig(self, src, dst_type, *args, **kwargs)
 
     cast_impl.__wrapped__ = orig  # type: ignore[attr-defined]
@@ -200,7 +211,8 @@ def _reduction_by_value(orig: Callable[..., Any], interp: Any) -> Callable[..., 
         if not (isinstance(first, tl.core.tensor) and is_bf16(first.handle)):
             return orig(self, input, *args, **kwargs)
         wide = retype(first, bf16_bits_to_f32(first.handle.data), tl.float32)
-        return narrow(orig(self, (wide, *input[1:]) if isinstance(input, tuple) else wide, *args, **kwargs))
+        arg = (wide, *input[1:]) if isinstance(input, tuple) else wide
+        return narrow(orig(self, arg, *args, **kwargs))
 
     wrapped.__name__ = getattr(orig, "__name__", "wrapped")
     wrapped.__wrapped__ = orig  # type: ignore[attr-defined]

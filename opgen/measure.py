@@ -41,6 +41,7 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
 
     free: queue.Queue[Any] = queue.Queue()
     for worker in pool:
+        worker.start()  # from this thread: a worker dies with the thread that started it
         free.put(worker)
 
     def compile_one(task: Task) -> Result:
@@ -51,8 +52,11 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
             free.put(worker)
 
     tasks = [task_of(p, case, timed=False) for p in points_ for case in bucket.cases]
-    with ThreadPoolExecutor(len(pool)) as threads:
+    threads = ThreadPoolExecutor(len(pool))
+    try:
         checked = list(threads.map(compile_one, tasks))
+    finally:  # interrupted: the tasks not started never start
+        threads.shutdown(wait=True, cancel_futures=True)
     out = []
     n = len(bucket.cases)
     for i, point in enumerate(points_):

@@ -4,8 +4,8 @@ by ``opgen.table``).
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying
 its full key: op, chip, toolchain, the kernel's content hash, the dispatch key (``opgen.keys``) and the case row.
-Writers append under an exclusive ``flock`` with flush and fsync; readers skip a torn last line and
-count it, refuse a malformed line elsewhere and refuse a record of another op, chip or schema
+Writers append under an exclusive ``flock`` with flush and fsync; readers skip blank lines and a torn
+last line (counted), refuse a malformed line elsewhere and refuse a record of another op, chip or schema
 (optuna ``journal/_file.py``; Kernel Tuner ``process_cache``). No clock, no device: dates come from
 the caller. Uses ``errors``, ``expr``, ``keys``.
 """
@@ -28,7 +28,9 @@ from .keys import Key
 SCHEMA = 1
 """Version of the line format; a line of any other version is a foreign record."""
 
-STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget")
+STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget", "killed")
+"""A trial's outcome; ``killed``: its worker was killed from outside (a signal it did not raise
+itself), which says nothing of the point."""
 BUDGET_KINDS = ("ub_bytes", "smem_bytes")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -305,6 +307,8 @@ def read(path: Path, *, op: str, chip: str) -> RecordFile:
     torn = 0
     for n, raw in enumerate(lines, 1):
         where = f"{path}:{n}"
+        if not raw.strip():
+            continue  # a blank line (one left by an editor at the end) holds no record
         try:
             obj = json.loads(raw)
         except ValueError as exc:

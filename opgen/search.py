@@ -60,12 +60,15 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     """The ask-and-tell loop of one study over a finite set of feasible points.
 
     Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
-    measured again, and so is a point that timed out under a shorter ``point_timeout`` than this
-    run's: it may only have been slow), enqueues ``enqueue`` first (and every point when the space
-    is small), never measures a point twice, prunes suggestions outside the feasible set without
+    measured again, unless it was measured and recorded before its tell; a point that timed out
+    under a shorter ``point_timeout`` than this run's, which may only have been slow, and one
+    whose worker was killed from outside are enqueued again), enqueues ``enqueue`` first
+    (and every point when the space is small), never measures a point twice, prunes suggestions outside the feasible set without
     measuring, and stops at ``settings.trials`` measured points, the deadline or an exhausted
     space. Points are asked ``settings.batch`` at a time (TPE with a constant liar), so
-    ``measure`` may compile a batch in parallel before timing its points one by one.
+    ``measure`` may compile a batch in parallel before timing its points one by one. Each
+    measured point goes to ``on_trial`` (the records) before the study stores it, so a run
+    that ends between the two loses no measurement.
 
     Returns:
         Every point measured in this study, earlier runs included.
@@ -77,28 +80,30 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     searched = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names if n not in fixed}
     feasible = {p.values: p for p in points_}
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        study.tell(trial.number, state=TrialState.FAIL)  # killed mid-measure: measure again
+        value = _value_of(trial.user_attrs)  # measured and recorded, the run ended before its tell
+        study.tell(trial.number, value, state=None if value is not None else TrialState.FAIL)
     seen: dict[tuple, float | None] = {}
     measured: list[Measured] = []
-    retry: set[tuple] = set()
+    retry: dict[tuple, None] = {}  # in trial order
     for trial in study.get_trials(deepcopy=False):
         if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
             values = _trial_values(trial, names, fixed)
-            if timed_out_under(trial.user_attrs) < settings.point_timeout:
-                retry.add(values)
+            if (timed_out_under(trial.user_attrs) < settings.point_timeout
+                    or "killed" in trial.user_attrs.get("status", ())):
+                retry[values] = None
                 continue
-            retry.discard(values)
+            retry.pop(values, None)
             seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
             if values in feasible:  # a point the spec no longer allows stays out of the results
                 measured.append(_measured_from_attrs(feasible[values], trial.user_attrs))
-    queue = list(enqueue)
+    queue = [feasible[v] for v in retry if v in feasible] + list(enqueue)
     if len(points_) <= settings.exhaustive_below:
         import random
 
         rest = list(points_)
         random.Random(settings.seed).shuffle(rest)
         queue += rest
-    for point in queue:
+    for point in dict.fromkeys(queue):
         if point.values in feasible and point.values not in seen:
             study.enqueue_trial({n: point.config[n] for n in searched},
                                 skip_if_exists=point.values not in retry)
@@ -128,7 +133,9 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
         if not batch:
             break
         for (trial, point), result in zip(batch, measure([p for _, p in batch])):
-            for key, value in {**_attrs_of(result), "point_timeout": settings.point_timeout}.items():
+            on_trial(trial.number, result)  # the record first: a run that ends now loses nothing
+            for key, value in {**_attrs_of(result), "point_timeout": settings.point_timeout,
+                               "measured": True}.items():  # "measured" last: the others are stored
                 trial.set_user_attr(key, value)
             if result.ok:
                 study.tell(trial, result.value)
@@ -138,8 +145,14 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
                 seen[point.values] = None
             measured.append(result)
             count += 1
-            on_trial(trial.number, result)
     return measured
+
+
+def _value_of(attrs: dict[str, Any]) -> float | None:
+    """The objective of a measured trial from its attributes (None: not measured, or failed)."""
+    if not attrs.get("measured") or any(s != "ok" for s in attrs["status"]) or not attrs["status"]:
+        return None
+    return geomean(attrs["median_ms"])
 
 
 def timed_out_under(attrs: dict[str, Any]) -> float:
@@ -169,7 +182,7 @@ def _trial_values(trial: Any, names: list[str], fixed: dict[str, Any]) -> tuple[
 
 
 def _attrs_of(m: Measured) -> dict[str, Any]:
-    return {"measured": True, "status": [r.status for r in m.results],
+    return {"status": [r.status for r in m.results],
             "reason": [r.reason[:500] for r in m.results],
             "median_ms": [r.median_ms for r in m.results],
             "error": json.dumps([r.error for r in m.results])}

@@ -21,7 +21,8 @@ from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
 from .keys import Key, key_of, sort_key, split_key_field
 from .records import CheckRecord, Record, RecordFile, TrialRecord, WinnerRecord, read
-from .space import budget_bytes, case_inputs, find_variant, is_legal, parse_point_name, point_id
+from .space import (budget_bytes, case_inputs, find_variant, fixed_values, is_legal, parse_point_name,
+                    point_id)
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
@@ -123,6 +124,33 @@ def _stale_reason(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Ma
     tunables = spec.tunables_for(chip.backend)
     if set(rec.point) != set(tunables):
         return f"its tunables {sorted(rec.point)} are not the spec's {sorted(tunables)}"
+    return _point_problem(spec, chip, rec, params)
+
+
+def _point_problem(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any]) -> str | None:
+    """Why a winner's point is no point of the spec's space for its case now (a value outside its
+    tunable's domain or of another type, a violated constraint), or its median no time; None if
+    it holds. The budget is checked apart (over it, the build fails)."""
+    variant = find_variant(spec, rec.variant)
+    try:
+        fixed = fixed_values(spec, variant, params)
+    except (SpecError, ExprError) as exc:
+        return f"its variant's fixed tunables do not evaluate for its case: {exc}"
+    for name in spec.tunables_for(chip.backend):
+        value = rec.point[name]
+        allowed = [fixed[name]] if name in fixed else list(spec.tunables[name].domain[chip.rendering])
+        if not any(type(value) is type(a) and value == a for a in allowed):
+            what = f"the value {variant.name} fixes, {allowed[0]!r}" if name in fixed else f"its domain {allowed}"
+            return f"{name} {value!r} is not in {what}"
+    env = {**params, **variant.flags, **rec.point}
+    try:
+        failed = next((c.source for c in spec.constraints if not c.evaluate(env)), None)
+    except ExprError as exc:
+        return f"its point does not evaluate the constraints: {exc}"
+    if failed is not None:
+        return f"its point violates the constraint {failed}"
+    if not rec.median_ms > 0:
+        return f"its median {rec.median_ms:g} ms is not a time"
     return None
 
 

@@ -128,10 +128,10 @@ class Campaign:
         finally:
             self.close()
 
-    def close(self) -> None:
-        """Stop the worker processes."""
+    def close(self, kill: bool = False) -> None:
+        """Stop the worker processes (at once with ``kill``)."""
         for worker in (self.worker, *self.pool):
-            worker.close()
+            worker.close(kill)
 
     def run(self, plans: list[StudyPlan], earlier: dict[tuple, list[Point]] | None = None,
             rivals: Iterable[StudyPlan] = (), standing: Mapping[tuple, Point] | None = None) -> list[dict[str, Any]]:
@@ -192,6 +192,9 @@ class Campaign:
                     winner["study"] = self.study_name(group[0])
                     self.sink("winner", winner)
                     winners.append(winner)
+        except BaseException:  # interrupted: no worker outlives the campaign, none is waited for
+            self.close(kill=True)
+            raise
         finally:
             bar.close()
             self.close()

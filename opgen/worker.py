@@ -1,10 +1,12 @@
 """Measure one point in an isolated process: compile, check against the golden, time.
 
 The parent keeps one worker process and sends it tasks; a task that hangs is killed at its
-timeout, a process that dies is recorded as a crash, and either way a fresh worker serves the
-next task, so one bad configuration never stops a study. Every point is checked against the
-op's float64 golden before it is timed: a wrong result is a status, never a time. Uses
-``spec``, ``space``, ``accuracy``, ``bench``, ``backends``, ``errors``.
+timeout, a process that dies is recorded as a crash (or, killed by a signal from outside, as
+``killed``: measured again by a later run), and either way a fresh worker serves the next task,
+so one bad configuration never stops a study; workers die with the tuner (``lifetime``). Every
+point is checked against the op's float64 golden before it is timed: a wrong result is a status,
+never a time. Uses ``spec``, ``space``, ``accuracy``, ``bench``, ``backends``, ``errors``,
+``lifetime``.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import importlib
 import inspect
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 import traceback
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import bench
+from .lifetime import die_with_parent, died, track, untrack
 from .errors import WorkerError
 from .records import STATUSES  # noqa: F401  (a Result's status is one of them)
 
@@ -257,15 +261,22 @@ def run_task(task: Task, state: WorkerState) -> Result:
                   _reported(compiled), time.perf_counter() - start)
 
 
-def _serve(conn, root: str, env: dict[str, str], spec: Any) -> None:
+def _serve(conn, root: str, env: dict[str, str], spec: Any, parent: int) -> None:
     """Worker process loop: run tasks of ``spec``'s op until told to stop or the device context
     is suspect.
 
-    ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import)."""
+    ``env`` is applied before anything imports triton (TRITON_INTERPRET is read at import);
+    under the interpreter, bf16 is computed by value (``opgen.interpreter``)."""
+    die_with_parent(parent)
     os.environ.update(env)
     sys.path.insert(0, root)
     import torch  # noqa: F401  (imported before "ready": start-up is not charged to a task)
     import triton  # noqa: F401
+
+    if os.environ.get("TRITON_INTERPRET") == "1":  # bf16 computed by value, as the API does there
+        from .interpreter import patch_bf16
+
+        patch_bf16()
 
     conn.send("ready")
     state = WorkerState(spec)
@@ -301,12 +312,23 @@ class Worker:
         self._ctx = mp.get_context("spawn")
         self._proc = None
         self._conn = None
+        self._stopping = False
+
+    def start(self) -> None:
+        """Start the process unless it runs. Start workers from the thread that outlives them:
+        on Linux a worker dies with the thread that started it."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
 
     def _start(self) -> None:
+        if self._proc is not None:
+            self.close(kill=True)
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_serve, args=(child, self.root, self.env, self.spec),
+        self._proc = self._ctx.Process(target=_serve, args=(child, self.root, self.env, self.spec, os.getpid()),
                                        daemon=True)
         self._proc.start()
+        self._stopping = False
+        track(self)
         child.close()
         self._conn = parent
         try:
@@ -321,8 +343,7 @@ class Worker:
 
     def run(self, task: Task, timeout: float) -> Result:
         """Run ``task``; a hang past ``timeout`` seconds or a dead process becomes a status."""
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
+        self.start()
         start = time.perf_counter()
         self._conn.send(task)
         if not self._conn.poll(timeout):
@@ -331,9 +352,10 @@ class Worker:
         try:
             result = self._conn.recv()
         except (EOFError, ConnectionResetError):
-            code = self._proc.exitcode if self._proc else None
+            self._proc.join(timeout=5)
+            code, by_us = self._proc.exitcode, self._stopping
             self.close(kill=True)
-            return Result("crash", f"worker process died (exit code {code})", seconds=time.perf_counter() - start)
+            return died(code, by_us, time.perf_counter() - start)
         if result.status == "crash":
             self.close(kill=True)
         return result
@@ -342,8 +364,9 @@ class Worker:
         """Stop the worker (politely unless ``kill``)."""
         if self._proc is None:
             return
+        untrack(self)
         if kill:
-            self._proc.kill()
+            self.kill()
         else:
             try:
                 self._conn.send(None)
@@ -351,12 +374,28 @@ class Worker:
                 pass
         self._proc.join(timeout=10)
         if self._proc.is_alive():
-            self._proc.kill()
+            self.kill()
             self._proc.join()
         self._proc = self._conn = None
+
+    def kill(self) -> None:
+        """SIGKILL the process and its group now, without waiting (safe in a signal handler)."""
+        proc = self._proc
+        if proc is None or proc.pid is None:
+            return
+        self._stopping = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # its group is not set up yet, or gone
+            pass
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def __enter__(self) -> "Worker":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+

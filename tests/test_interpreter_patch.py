@@ -126,3 +126,52 @@ def test_missing_interpreter_attribute_is_named(monkeypatch: pytest.MonkeyPatch)
     del fake.ScanOps
     with pytest.raises(InterpreterPatchError, match="triton.runtime.interpreter.ScanOps"):
         mod.patch_bf16()
+
+
+API_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    from generated.chunk_gla_fwd_o_gk import chunk_gla_fwd_o_gk
+    from opgen.references.chunk_gla_fwd_o_gk import golden, make_inputs
+
+    args = make_inputs(B=1, T=40, H=2, K=32, V=32, chunk_size=32, dtype=torch.bfloat16)
+    out = chunk_gla_fwd_o_gk(**args)
+    gold = golden(**args)
+    rel = float((out.double() - gold).norm() / gold.norm())
+    print(json.dumps({"rel_l2": rel, "opgen_patch": "opgen.interpreter" in sys.modules}))
+''')
+
+
+def test_the_generated_api_computes_bf16_by_value_under_the_interpreter():
+    """A user of ``generated.<op>`` under TRITON_INTERPRET=1 gets bf16 results as accurate as the
+    tests' (the spec's bar 2.2e-3), from the generated package's own copy of the patch."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", API_SCRIPT], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rel_l2"] < 2.2e-3 and not got["opgen_patch"]
+
+
+def test_the_generated_copy_of_the_patch_is_this_module():
+    from opgen import interpreter
+
+    copy = (REPO / "generated" / "_interpreter.py").read_text()
+    assert copy.endswith(Path(interpreter.__file__).read_text()) and "from opgen" not in copy
+
+
+def test_the_tuner_worker_computes_bf16_by_value_under_the_interpreter():
+    """A tuning worker on the interpreter checks a bf16 point against the spec's bar and passes."""
+    from opgen.spec import load_spec
+    from opgen.worker import Task, Worker
+
+    spec = load_spec(REPO / "specs" / "chunk_gla_fwd_o_gk.yaml", REPO)
+    point = {"BK": 32, "BV": 32, "DOT_PRECISION": "ieee", "A_PAIR": True, "EARLY_INTRA": False,
+             "EVICT_H": False, "TRIL_LOAD": False, "occupancy": 1}
+    case = {"B": 1, "T": 40, "H": 2, "K": 32, "V": 32, "chunk_size": 32, "dtype": "bfloat16"}
+    task = Task(op=spec.op, rendering="npu", variant="post_general_persistent", point=tuple(point.items()),
+                case=tuple(case.items()), backend="interpreter", device="cpu", programs=4,
+                max_rel_l2=spec.accuracy.max_rel_l2["bfloat16"], timed=False)
+    with Worker(spec, str(REPO), {"TRITON_INTERPRET": "1"}) as worker:
+        result = worker.run(task, timeout=240)
+    assert result.status == "ok", result.reason
