@@ -290,6 +290,20 @@ class RecordFile:
     torn: int
 
 
+class _DuplicateKey(Exception):
+    """A JSON object of a records line names one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 def read(path: Path, *, op: str, chip: str) -> RecordFile:
     """Read a record file; a missing file has no records.
 
@@ -310,7 +324,10 @@ def read(path: Path, *, op: str, chip: str) -> RecordFile:
         if not raw.strip():
             continue  # a blank line (one left by an editor at the end) holds no record
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_unique_keys)
+        except _DuplicateKey as exc:
+            raise RecordError(f"{where}: key {exc.args[0]!r} given twice in one record (JSON keeps "
+                              f"the last silently); fix or remove the line") from None
         except ValueError as exc:
             if n == len(lines) and not data.endswith(b"\n"):
                 torn = 1  # a writer died mid-line: skipped, counted, cut by the next append

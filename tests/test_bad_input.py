@@ -199,3 +199,17 @@ def test_the_command_line_takes_ops_by_name_and_records_as_files(tmp_path):
     (root / "records").mkdir(exist_ok=True)
     result = _opgen(root, "records", "toy_op", "--chip", "interpreter", "--records", str(root / "records"))
     assert result.returncode != 0 and "is a folder" in result.stderr
+
+
+def test_a_records_line_with_a_key_twice_is_refused_naming_the_line(tmp_path):
+    from opgen.errors import RecordError
+    from opgen.records import read
+
+    lines = (ROOT / "records" / "h200" / "chunk_gla_fwd_o_gk.jsonl").read_text().splitlines()[:2]
+    doubled = lines[1].replace('{', '{"median_ms":-1.0,', 1)  # JSON would keep the later value silently
+    path = tmp_path / "chunk_gla_fwd_o_gk.jsonl"
+    path.write_text(lines[0] + "\n" + doubled + "\n")
+    with pytest.raises(RecordError, match=r"chunk_gla_fwd_o_gk.jsonl:2: key '\w+' given twice"):
+        read(path, op="chunk_gla_fwd_o_gk", chip="h200")
+    path.write_text(lines[0] + "\n" + lines[1] + "\n")
+    assert len(read(path, op="chunk_gla_fwd_o_gk", chip="h200").records) == 2

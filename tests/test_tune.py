@@ -387,6 +387,9 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
     serial_calls = []
 
     class Pool:
+        def start(self):  # the real workers start their process from the compiling thread
+            pass
+
         def run(self, task, timeout):
             name, timed = task
             assert not timed and timeout == 7.0
@@ -426,7 +429,7 @@ def test_a_tight_campaign_shares_its_time_over_the_studies_left():
     campaign = tune.Campaign.__new__(tune.Campaign)
     campaign.settings, campaign.progress, campaign.pool = settings, False, []
     campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
-    campaign.worker = SimpleNamespace(close=lambda: None)
+    campaign.worker = SimpleNamespace(close=lambda kill=False: None)
     campaign.choose = lambda bucket, by_variant, held=None: None
     given = []
     campaign.run_study = lambda plan, enqueue, seconds: given.append((plan.variant.name, seconds)) or []
@@ -465,7 +468,7 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     campaign = tune.Campaign.__new__(tune.Campaign)
     campaign.settings, campaign.progress, campaign.pool = tune.Settings(), False, []
     campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
-    campaign.worker = SimpleNamespace(close=lambda: None)
+    campaign.worker = SimpleNamespace(close=lambda kill=False: None)
     campaign.deadline = time.monotonic() + 60.0
     campaign.run_study = study
     campaign.study_name = lambda plan: f"study of {plan.variant.name} on {plan.bucket.key}"
