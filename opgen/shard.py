@@ -10,6 +10,7 @@ lines with the device.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import UsageError
+from .lifetime import die_with_parent
 
 if TYPE_CHECKING:
     from .plan import StudyPlan
@@ -92,9 +94,12 @@ def run_shards(options: Sequence[Mapping[str, Any]], devices: Sequence[str]) -> 
     for i, device in enumerate(devices):
         env, local = pin(device)
         payload = json.dumps({**options[i], "device": local, "shard": f"{i}/{len(devices)}"})
+        # a shard dies with this process as a worker does (its own workers then die with it)
         proc = subprocess.Popen([sys.executable, "-m", "opgen.cli", FROM_STDIN],
                                 env={**os.environ, **env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=functools.partial(die_with_parent, os.getpid())
+                                if os.name == "posix" else None)
         proc.stdin.write(payload)
         proc.stdin.close()
         procs.append(proc)

@@ -250,3 +250,33 @@ def test_workers_die_with_the_tuner(toy, signum):
     finally:
         if tuner.poll() is None:
             os.killpg(tuner.pid, signal.SIGKILL)
+
+
+def test_device_shards_and_their_workers_die_with_the_tuner(toy):
+    """--devices: a shard process per device, each with its workers; SIGKILL of the tuner alone
+    leaves none of them running."""
+    root, _ = toy
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TRITON_INTERPRET", None)
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "opgen.cli", "--root", str(root), "tune", "toy_op", "--chip", "interpreter",
+         "--cases", "two", "--variants", "hang", "--point-timeout", "60", "--no-progress",
+         "--devices", "cuda:0,cuda:1", "--storage", str(root / ".tune/shards.journal"),
+         "--records", str(root / "shards.jsonl")],
+        cwd=root, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and sum(len(_children(s)) for s in _children(tuner.pid)) < 4:
+            time.sleep(0.2)  # two shards, each with its resource tracker and its worker
+        shards = _children(tuner.pid)
+        everyone = shards + [c for s in shards for c in _children(s)]
+        assert len(shards) == 2 and len(everyone) >= 6
+        os.kill(tuner.pid, signal.SIGKILL)
+        tuner.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in everyone):
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in everyone)
+    finally:
+        if tuner.poll() is None:
+            os.killpg(tuner.pid, signal.SIGKILL)
