@@ -2,8 +2,9 @@
 
 Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
-``bench`` (a generated op against a baseline, side by side) and ``replay`` (the search replayed
-on a recorded exhaustive sweep).
+``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
+records hold), ``explain`` (what the frozen table runs for one call's shape, and why) and
+``replay`` (the search replayed on a recorded exhaustive sweep).
 """
 from __future__ import annotations
 
@@ -304,6 +305,17 @@ def _cmd_records(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from . import explain
+    from .hardware import profile
+
+    root = _root(args)
+    spec = _op_spec(root, args.op)
+    result = explain.explain(root, spec, profile(args.chip), explain.parse_values(spec, args.values))
+    print(json.dumps(result, indent=1, sort_keys=True) if args.json else explain.text(result))
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     import math
 
@@ -325,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
     commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
-                "replay": _cmd_replay}
+                "replay": _cmd_replay, "explain": _cmd_explain}
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -378,6 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     records_p.add_argument("--chip", required=True)
     records_p.add_argument("--records", help="record file (default: records/<chip>/<op>.jsonl)")
     records_p.set_defaults(func=_cmd_records)
+    explain_p = sub.add_parser("explain", help="what the frozen table runs for one call's shape, and why")
+    explain_p.add_argument("op")
+    explain_p.add_argument("--chip", required=True)
+    explain_p.add_argument("values", nargs="+", metavar="NAME=VALUE",
+                           help="dims, scalars, dtype, <tensor>_given of the call (e.g. B=2 T=1024 dtype=bfloat16)")
+    explain_p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    explain_p.set_defaults(func=_cmd_explain)
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")
     replay_p.add_argument("--chip", required=True)

@@ -1,0 +1,143 @@
+"""``opgen explain``: why one call's shape runs the kernel it runs on a chip, and what the frozen
+table promises for it: the dispatch key and the shapes its bucket stands for, the variant and
+config, whether the row was tuned there (its measured median, date and cross-check), filled from
+another tuned bucket, or the spec's default; the on-chip estimate against the chip's budget and
+the compiler's figure where a record holds one. From the spec and the records alone, no device.
+Uses ``spec``, ``space``, ``keys``, ``table``, ``kernels``, ``records``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import ExprError, UsageError
+from .hardware import ChipProfile
+from .kernels import kernel_hashes
+from .keys import key_of, key_text
+from .records import record_path
+from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant
+from .spec import DTYPES, OpSpec
+from .table import frozen_rows
+
+
+def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` words as a case row: dims as ints, scalars by their declared type, ``dtype``
+    as a dtype name, ``<tensor>_given`` as a bool.
+
+    Raises:
+        UsageError: naming a word that is not ``NAME=VALUE``, an unknown name or a value of the
+            wrong kind.
+    """
+    kinds = {n: a.type for n, a in spec.signature.scalars.items()}
+    kinds |= {d: "int" for d in spec.dim_symbols()} | {"dtype": "dtype"}
+    kinds |= {f"{t}_given": "bool" for t, a in spec.signature.tensors.items() if a.optional}
+    row: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in kinds:
+            raise UsageError(f"{item!r}: expected NAME=VALUE with NAME among {', '.join(sorted(kinds))}")
+        row[name] = _value(name, kinds[name], text)
+    missing = [d for d in spec.dim_symbols() if d not in row]
+    if missing:
+        raise UsageError(f"give every dim of {spec.op}: missing {', '.join(missing)}")
+    return row
+
+
+def _value(name: str, kind: str, text: str) -> Any:
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "bool":
+            return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
+    except (ValueError, KeyError):
+        raise UsageError(f"{name}={text}: expected a {kind}") from None
+    if text not in DTYPES:
+        raise UsageError(f"{name}={text}: expected a dtype among {', '.join(sorted(DTYPES))}")
+    return text
+
+
+def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any]) -> dict[str, Any]:
+    """What the frozen table of ``chip`` runs for the call ``row`` describes, as plain data."""
+    params = evaluate_params(spec, case_inputs(spec, row))
+    out: dict[str, Any] = {"op": spec.op, "chip": chip.name, "call": dict(row)}
+    refused = _refusal(spec, params)
+    if refused is not None:
+        return {**out, "refused": refused}
+    key = key_of(spec, params)
+    table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))
+    found = next((r for r in table.rows if r.key == key), None)
+    out |= {"key": list(key), "bucket": key_text(spec, key)}
+    if found is None:
+        point = default_point(spec, chip, params)
+        variant, config = point.variant, dict(point.config)
+        out |= {"row": "default", "why": "no tuned row in the table: the spec's default choice"}
+    else:
+        variant, config = found.variant, dict(found.point)
+        w = found.winner
+        out |= {"row": "tuned" if found.source is None else "filled",
+                "winner": {"bucket": key_text(spec, w.key), "median_ms": w.median_ms, "date": w.date,
+                           "study": w.study, "flush": w.flush,
+                           "compiler": None if w.budget is None else {
+                               "kind": w.budget.kind, "reported": w.budget.reported,
+                               "regs": w.budget.regs, "spills": w.budget.spills}}}
+        if found.source is not None:
+            out["filled_from"] = key_text(spec, found.source)
+        check = next((c for c in table.checks.current if c.key == key), None)
+        if check is not None:
+            out["cross_check"] = {"loss": check.loss, "margin": check.margin}
+    out |= {"variant": variant, "config": config}
+    parts = budget_parts(spec, find_variant(spec, variant), config, params, chip)
+    if parts is not None:
+        kind, used = parts
+        out["budget"] = {"kind": kind, "limit": chip.budget(kind), "estimate": used}
+    return out
+
+
+def _refusal(spec: OpSpec, params: Mapping[str, Any]) -> str | None:
+    """The message of the first check the call fails (the generated API raises it), or None."""
+    for check in spec.checks:
+        try:
+            holds = check.rule.evaluate(params)
+        except ExprError:
+            holds = False
+        if not holds:
+            try:
+                return f"{check.error}: {check.message.format(**params)}"
+            except (KeyError, ValueError, IndexError):
+                return f"{check.error}: {check.message}"
+    return None
+
+
+def text(result: Mapping[str, Any]) -> str:
+    """``result`` as lines for a person."""
+    call = " ".join(f"{k}={v}" for k, v in result["call"].items())
+    lines = [f"{result['op']} on {result['chip']}: {call}"]
+    if "refused" in result:
+        return "\n".join(lines + [f"  refused by the op's checks: {result['refused']}"])
+    lines.append(f"  bucket  {result['bucket']}  (key {tuple(result['key'])})")
+    config = ", ".join(f"{k}={v}" for k, v in result["config"].items())
+    lines.append(f"  runs    {result['variant']}: {config}")
+    if result["row"] == "default":
+        lines.append(f"  row     {result['why']}")
+    else:
+        w = result["winner"]
+        where = f"filled from the tuned bucket {result['filled_from']}" if result["row"] == "filled" \
+            else "tuned in this bucket"
+        lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured {w['date']} "
+                     f"({w['flush']}-flush timing)")
+        if "cross_check" in result:
+            c = result["cross_check"]
+            lines.append(f"  check   leave-one-out loss {c['loss']:.1%} (margin {c['margin']:.0%})")
+        compiler = w["compiler"]
+        if compiler and compiler.get("reported") is not None:
+            lines.append(f"  compiler {compiler['kind']} {compiler['reported']} (regs {compiler['regs']}, "
+                         f"spills {compiler['spills']}) where it was tuned")
+    if "budget" in result:
+        b = result["budget"]
+        worst = max(b["estimate"].values())
+        parts = ", ".join(f"{k or 'kernel'} {v}" for k, v in b["estimate"].items())
+        lines.append(f"  budget  {b['kind']} estimate {parts}: {worst / b['limit']:.0%} of {b['limit']}")
+    return "\n".join(lines)
+

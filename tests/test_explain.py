@@ -1,0 +1,66 @@
+"""opgen explain: for one call's shape, the bucket, the kernel the frozen table runs, whether its
+row is tuned, filled or the spec's default, and the budget; from the committed files alone."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opgen.errors import UsageError
+from opgen.explain import explain, parse_values, text
+from opgen.hardware import profile
+from opgen.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+GLA = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+MAMBA3 = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+
+
+def _explain(spec, *words, chip="h200"):
+    return explain(ROOT, spec, profile(chip), parse_values(spec, list(words)))
+
+
+def test_a_tuned_shape_names_its_winner_and_cross_check():
+    out = _explain(GLA, "B=8", "T=1024", "H=16", "K=128", "V=128", "dtype=bfloat16", "chunk_size=64")
+    assert out["row"] == "tuned" and out["variant"].startswith("fold_general")
+    assert "K in (96, 128]" in out["bucket"] and out["winner"]["bucket"] == out["bucket"]
+    assert out["winner"]["median_ms"] > 0 and "loss" in out["cross_check"]
+    assert out["budget"]["kind"] == "smem_bytes" and out["budget"]["limit"] == 232448
+    assert "tuned in this bucket" in text(out)
+
+
+def test_a_filled_shape_names_the_tuned_bucket_it_comes_from():
+    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=32")
+    assert out["row"] == "filled" and out["filled_from"] == out["winner"]["bucket"] != out["bucket"]
+    assert "filled from the tuned bucket" in text(out)
+
+
+def test_an_untuned_shape_runs_the_specs_default():
+    out = _explain(MAMBA3, "B=4", "S=2048", "H=16", "G=1", "N=128", "P=64", "R=4", "chunk_size=16",
+                   "dtype=bfloat16")
+    assert out["row"] == "default" and out["variant"] == "split_static_separate"
+    assert out["config"]["BLOCK_N"] == 32 and "winner" not in out
+    assert max(out["budget"]["estimate"].values()) < out["budget"]["limit"]
+
+
+def test_a_call_the_checks_refuse_says_so():
+    out = _explain(MAMBA3, "B=4", "S=64", "H=16", "G=0", "N=128", "P=64", "R=4")
+    assert out["refused"].startswith("ValueError: every dimension must be positive") and "key" not in out
+
+
+@pytest.mark.parametrize("words, expected", [
+    (["B=4", "X=2"], "NAME among"), (["B=four"], "expected a int"), (["dtype=float8"], "expected a dtype"),
+    (["B=2", "T=64", "H=1", "K=64"], "missing V"), (["B"], "expected NAME=VALUE"),
+])
+def test_bad_words_are_usage_errors(words, expected):
+    with pytest.raises(UsageError, match=expected):
+        parse_values(GLA, words)
+
+
+def test_the_command_prints_json():
+    out = subprocess.run([sys.executable, "-m", "opgen.cli", "--root", str(ROOT), "explain", "mamba3_mimo_bwd_fwd",
+                          "--chip", "interpreter", "B=1", "S=32", "H=2", "G=1", "N=16", "P=16", "R=2", "--json"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    result = json.loads(out)
+    assert result["chip"] == "interpreter" and result["row"] == "default" and result["variant"]
