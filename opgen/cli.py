@@ -3,7 +3,8 @@
 Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
-records hold), ``explain`` (what the frozen table runs for one call's shape, and why) and
+records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``schema``
+(the JSON Schema of the spec format) and
 ``replay`` (the search replayed on a recorded exhaustive sweep).
 """
 from __future__ import annotations
@@ -316,6 +317,17 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import schema_text
+
+    if args.out:
+        Path(args.out).write_text(schema_text(), encoding="utf-8")
+        print(f"wrote {args.out}")
+    else:
+        sys.stdout.write(schema_text())
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     import math
 
@@ -337,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
     commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
-                "replay": _cmd_replay, "explain": _cmd_explain}
+                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema}
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -397,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                            help="dims, scalars, dtype, <tensor>_given of the call (e.g. B=2 T=1024 dtype=bfloat16)")
     explain_p.add_argument("--json", action="store_true", help="print the answer as JSON")
     explain_p.set_defaults(func=_cmd_explain)
+    schema_p = sub.add_parser("schema", help="the JSON Schema of the spec format")
+    schema_p.add_argument("--out", help="write it to this file (the repository keeps specs/spec.schema.json)")
+    schema_p.set_defaults(func=_cmd_schema)
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")
     replay_p.add_argument("--chip", required=True)

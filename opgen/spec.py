@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from .errors import ExprError, SpecError
 from .expr import Expr, parse
@@ -41,7 +41,10 @@ def _to_expr(value: Any) -> Expr:
         raise ValueError(exc.reason) from None
 
 
-Formula = Annotated[Expr, BeforeValidator(_to_expr)]
+# In the JSON Schema of the format (``opgen schema``), a formula is its source: a string or a number.
+Formula = Annotated[Expr, BeforeValidator(_to_expr),
+                    WithJsonSchema({"type": ["string", "number", "boolean"],
+                                    "description": "a formula (opgen/expr.py), or a constant"})]
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
