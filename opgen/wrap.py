@@ -69,7 +69,10 @@ def _keyword_units(tokens: list[str]) -> list[str]:
             i += 3
             continue
         depth += (t in _OPEN) - (t in _CLOSE)
-        out.append(t)
+        if t == "," and out:
+            out[-1] += ","  # a line never starts with a comma
+        else:
+            out.append(t)
         i += 1
     return out
 
@@ -98,7 +101,7 @@ def _tight(current: str, piece: str, depth: int) -> bool:
         return False
     if last in "-+~" and _UNARY.search(current):
         return True
-    if piece in ",:)]}" or last in "([{" or piece == ".":
+    if piece[0] in ",:)]}" or last in "([{" or piece == ".":
         return True
     if piece in "([" and word is not None and word.group(0) in _KEYWORDS:
         return False

@@ -51,8 +51,8 @@ def chunk_gla_fwd_o_gk_kernel(
         if TRIL_LOAD:
             o_r = tl.arange(0, BT)
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :])
-                , other=0.0))
+            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
+                ), other=0.0))
         else:
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -78,8 +78,8 @@ def chunk_gla_fwd_o_gk_kernel(
         if TRIL_LOAD:
             o_r = tl.arange(0, BT)
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :])
-                , other=0.0))
+            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
+                ), other=0.0))
         else:
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")

@@ -69,8 +69,8 @@ def chunk_gla_fwd_o_gk_kernel(
         b_A_lo = (b_A - b_A_hi.to(tl.float32)).to(v.dtype.element_ty)
     for i_v in range(tl.cdiv(V, BV)):
         p_h = tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (0, i_v * BV), (BK, BV), (1, 0))
-        p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1
-            , 0)))
+        p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
+            1, 0)))
         if EVICT_H:
             b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
                 eviction_policy="evict_first"))
@@ -81,8 +81,8 @@ def chunk_gla_fwd_o_gk_kernel(
         b_o += tl.dot(b_A_hi, b_v)
         if A_PAIR:
             b_o += tl.dot(b_A_lo, b_v)
-        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1
-            , 0)))
+        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
+            1, 0)))
         tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 

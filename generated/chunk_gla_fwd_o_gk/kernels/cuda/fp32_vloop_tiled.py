@@ -64,8 +64,8 @@ def chunk_gla_fwd_o_gk_kernel(
     b_A = tl.where(o_r[:, None] >= o_r[None, :], b_A, 0.0)
     for i_v in range(tl.cdiv(V, BV)):
         p_h = tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (0, i_v * BV), (BK, BV), (1, 0))
-        p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1
-            , 0)))
+        p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
+            1, 0)))
         if EVICT_H:
             b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
                 eviction_policy="evict_first"))
@@ -74,8 +74,8 @@ def chunk_gla_fwd_o_gk_kernel(
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
         b_o = tl.dot(b_a, b_h, input_precision=DOT_PRECISION)
         b_o += tl.dot(b_A, b_v.to(tl.float32), input_precision=DOT_PRECISION)
-        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1
-            , 0)))
+        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
+            1, 0)))
         tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 

@@ -62,12 +62,12 @@ def chunk_gla_fwd_o_gk_kernel(
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
 
         for i_k in range(tl.cdiv(K, BK)):
-            p_q = (tl.make_block_ptr(q + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (1
-                , 0)))
-            p_g = (tl.make_block_ptr(g + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (1
-                , 0)))
-            p_h = (tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV)
-                , (1, 0)))
+            p_q = (tl.make_block_ptr(q + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (
+                1, 0)))
+            p_g = (tl.make_block_ptr(g + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (
+                1, 0)))
+            p_h = (tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV
+                ), (1, 0)))
             b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
             b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
             if EVICT_H:

@@ -283,8 +283,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
             contrib = tl.sum(go * y, axis=0)
             acc_o = tl.where(rr[:, None] == r, acc_o + contrib[None, :], acc_o)
         b_s = b_s * tl.exp(b_last) + tl.load(kv + p_state)
-    tl.store(dmimo_o + (bh * R + rr[:, None]) * P + o_p[None, :], acc_o.to(dmimo_o.dtype.element_ty)
-        , mask=rr[:, None] < R)
+    tl.store(dmimo_o + (bh * R + rr[:, None]) * P + o_p[None, :], acc_o.to(dmimo_o.dtype.element_ty
+        ), mask=rr[:, None] < R)
 
 
 KERNELS = (
@@ -403,8 +403,8 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
-    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
+    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
     num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
     calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,

@@ -284,11 +284,11 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
     gate = (dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is
         not None))
-    calls = ([(mamba3_mimo_bwd_fwd_fold_kernel, (P // BLOCK_P, B * H), dict(dout=dout, q=q, k=k, v=v
-        , q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d, angles=angles,
+    calls = ([(mamba3_mimo_bwd_fwd_fold_kernel, (P // BLOCK_P, B * H), dict(dout=dout, q=q, k=k,
+        v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d, angles=angles,
         da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, states=states,
-        qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None
-        , ** gate, ** shape, ** precision), options)])
+        qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else
+        None, ** gate, ** shape, ** precision), options)])
     return calls, copies
 
 
@@ -312,8 +312,8 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
-    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
+    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
     num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
     calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,

@@ -308,8 +308,8 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
     # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0 writes them.
     tl.store(qk_dot + (p_tok[:, None] * R + r_j[:, None]) * R + r_j[None, :],
              b_qk.to(qk_dot.dtype.element_ty), mask=m_same & (i_p == 0))
-    b_seg = (tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :], mask=m_strict
-        , other=0.0))
+    b_seg = (tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :],
+        mask=m_strict, other=0.0))
     b_w = tl.where(m_strict, tl.exp(b_seg) * b_ts[None, :], tl.where(m_same, b_gamma[:, None], 0.0))
     b_pv = tl.load(v + p_x).to(tl.float32) * tl.load(mimo_v + p_psi)
     y = b_ys + _mm(b_qk * b_w, b_pv, MIN_DOT, DOT_PRECISION)
@@ -454,8 +454,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     BLOCK_N = min(int(point.get("BLOCK_N", N)), N)
     calls = ([(mamba3_mimo_bwd_fwd_state_kernel, (N // BLOCK_N, P // BLOCK_P, B * H), dict(k=k,
         k_bias=k_bias, v=v, mimo_v=mimo_v, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt,
-        trap=trap, states=states, st32=st32, COPY32=copy32, BLOCK_N=BLOCK_N, ** shape, ** precision)
-        , options), (mamba3_mimo_bwd_fwd_chunk_kernel, (P // BLOCK_P, NC, B * H), dict(dout=dout,
+        trap=trap, states=states, st32=st32, COPY32=copy32, BLOCK_N=BLOCK_N, ** shape, ** precision
+        ), options), (mamba3_mimo_bwd_fwd_chunk_kernel, (P // BLOCK_P, NC, B * H), dict(dout=dout,
         q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d,
         angles=angles, da_cs=da_cs, dt=dt, trap=trap, segsum=segsum, st32=st32, qk_dot=qk_dot, dz=dz
         if has_z else None, part_o=part_o, part_z=part_z, BLOCK_N=BLOCK_N, ** gate, ** shape, **
@@ -486,8 +486,8 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
-    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
+    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
     num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
     calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,

@@ -374,9 +374,9 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, v=v, mimo_v=mimo_v,
         mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, d=d, z=z if has_z else None, q_rot=q_rot,
         k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum,
-        states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None
-        , T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(),
-        DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
+        states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else
+        None, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, HAS_Z=has_z, HAS_D=d is not None,
+        MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
     return calls, copies
 
 
@@ -401,8 +401,8 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
                  rotary_dim_divisor, num_programs, point)[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum
-    , mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
+def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
+    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
     num_programs, point):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
     calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
