@@ -7,12 +7,12 @@ Uses ``space``, ``spec``, ``hardware``, ``errors``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import BuildError, ExprError, OpgenError
 from .hardware import PROFILES, ChipProfile
-from .space import case_inputs, default_point, evaluate_params
-from .spec import OpSpec
+from .space import case_inputs, cores_or_none, default_point, evaluate_params
+from .spec import Check, OpSpec
 
 
 def check_cases(spec: OpSpec) -> int:
@@ -27,14 +27,13 @@ def check_cases(spec: OpSpec) -> int:
         for i, row in enumerate(spec.expand_cases(set_name)):
             where = f"{spec.path}: case {set_name}[{i}] {dict(row)}"
             params = _params(spec, row, where)
-            for j, check in enumerate(spec.checks):
-                try:
-                    holds = check.rule.evaluate(params)
-                except ExprError as exc:
-                    raise BuildError(f"{where}: checks.{j} cannot be evaluated: {exc}") from None
-                if not holds:
-                    raise BuildError(f"{where}: fails checks.{j} ({check.rule.source}): "
-                                     f"{check.message.format(**params)}")
+            failed = failing_check(spec, params)
+            if failed is not None:
+                j, check, error = failed
+                if error is not None:
+                    raise BuildError(f"{where}: checks.{j} cannot be evaluated: {error}")
+                raise BuildError(f"{where}: fails checks.{j} ({check.rule.source}): "
+                                 f"{check.message.format(**params)}")
             for chip in _chips():
                 if chip.backend in spec.dispatch.defaults:
                     try:
@@ -45,27 +44,33 @@ def check_cases(spec: OpSpec) -> int:
     return count
 
 
+def failing_check(spec: OpSpec, params: Mapping[str, Any]) -> tuple[int, Check, ExprError | None] | None:
+    """The first of the spec's checks that ``params`` (a call's inputs and params) fail, as the
+    generated API evaluates them: (its index, the check, the error where the rule cannot be
+    evaluated, which the API counts as failing), or None when every check holds."""
+    for j, check in enumerate(spec.checks):
+        try:
+            if not check.rule.evaluate(params):
+                return j, check, None
+        except ExprError as exc:
+            return j, check, exc
+    return None
+
+
 def _chips() -> list[ChipProfile]:
     """Every chip profile; one whose core count the driver reads at run time (no public figure)
     takes each count its backend's other chips have, so its defaults are evaluated too."""
     known = {}
     for chip in PROFILES.values():
-        if _cores(chip) is not None:
-            known.setdefault(chip.backend, set()).add(_cores(chip))
+        if cores_or_none(chip) is not None:
+            known.setdefault(chip.backend, set()).add(cores_or_none(chip))
     out = []
     for chip in PROFILES.values():
-        if _cores(chip) is not None:
+        if cores_or_none(chip) is not None:
             out.append(chip)
         else:
             out.extend(dataclasses.replace(chip, cube_cores=n) for n in sorted(known.get(chip.backend, ())))
     return out
-
-
-def _cores(chip: ChipProfile) -> int | None:
-    try:
-        return chip.cores
-    except OpgenError:
-        return None
 
 
 def _params(spec: OpSpec, row: dict[str, Any], where: str) -> dict[str, Any]:

@@ -10,13 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import ExprError, UsageError
+from .case_checks import failing_check
+from .errors import UsageError
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_of, key_text
 from .records import record_path
 from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant
 from .spec import DTYPES, OpSpec
+from .spec_values import value_kinds
 from .table import frozen_rows
 
 
@@ -28,9 +30,7 @@ def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
         UsageError: naming a word that is not ``NAME=VALUE``, an unknown name or a value of the
             wrong kind.
     """
-    kinds = {n: a.type for n, a in spec.signature.scalars.items()}
-    kinds |= {d: "int" for d in spec.dim_symbols()} | {"dtype": "dtype"}
-    kinds |= {f"{t}_given": "bool" for t, a in spec.signature.tensors.items() if a.optional}
+    kinds = value_kinds(spec)
     row: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
@@ -97,17 +97,14 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any])
 
 def _refusal(spec: OpSpec, params: Mapping[str, Any]) -> str | None:
     """The message of the first check the call fails (the generated API raises it), or None."""
-    for check in spec.checks:
-        try:
-            holds = check.rule.evaluate(params)
-        except ExprError:
-            holds = False
-        if not holds:
-            try:
-                return f"{check.error}: {check.message.format(**params)}"
-            except (KeyError, ValueError, IndexError):
-                return f"{check.error}: {check.message}"
-    return None
+    failed = failing_check(spec, params)
+    if failed is None:
+        return None
+    _, check, _ = failed
+    try:
+        return f"{check.error}: {check.message.format(**params)}"
+    except (KeyError, ValueError, IndexError):
+        return f"{check.error}: {check.message}"
 
 
 def text(result: Mapping[str, Any]) -> str:

@@ -281,7 +281,7 @@ def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any])
     if defaults is None:
         raise BuildError(f"{spec.op}: no dispatch.defaults for backend {profile.backend!r}")
     axes = spec.variants.axes
-    params = {**params, "CORES": _cores_or_none(profile)}
+    params = {**params, "CORES": cores_or_none(profile)}
     combo = []
     for axis in axes:
         value = defaults[axis]
@@ -322,7 +322,7 @@ def forced_point(spec: OpSpec, profile: ChipProfile, variant: Variant, params: M
     return Point(variant.name, tuple(config.items()))
 
 
-def _cores_or_none(profile: ChipProfile) -> int | None:
+def cores_or_none(profile: ChipProfile) -> int | None:
     """The chip's persistent-grid program count where the profile knows it (else the driver
     tells at run time, and a build-time default that needs it fails loudly)."""
     try:

@@ -53,8 +53,7 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
     names = set(spec.input_names()) | set(spec.params)
     for i, check in enumerate(spec.checks):
         _check_message(file, f"checks.{i}.message", check.message, names)
-    kinds = {n: a.type for n, a in spec.signature.scalars.items()}
-    kinds |= {d: "int" for d in spec.dim_symbols()} | {"dtype": "dtype"}
+    kinds = value_kinds(spec)
     for set_name, rows in spec.cases.items():
         for i, row in enumerate(rows):
             for key, value in row.items():
@@ -62,6 +61,14 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
                 for v in (value if isinstance(value, tuple) else (value,)):
                     if kind is not None and not _of_kind(kind, v, dtypes):
                         raise SpecError(file, f"cases.{set_name}.{i}.{key}", f"a {kind} value", v)
+
+
+def value_kinds(spec: Any) -> dict[str, str]:
+    """The kind of each value a call or a case row names: ``int`` for every dim, each scalar's
+    declared type, ``dtype`` for ``dtype``, ``bool`` for ``<tensor>_given`` of an optional tensor."""
+    kinds = {n: a.type for n, a in spec.signature.scalars.items()}
+    kinds |= {d: "int" for d in spec.dim_symbols()} | {"dtype": "dtype"}
+    return kinds | {f"{t}_given": "bool" for t, a in spec.signature.tensors.items() if a.optional}
 
 
 def _of_kind(kind: str, value: Any, dtypes: Any) -> bool:

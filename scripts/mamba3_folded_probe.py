@@ -22,29 +22,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-OP = "mamba3_mimo_bwd_fwd"
-OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
-
-
-def _inputs(row: dict, S: int | None = None, device: str = "cuda") -> dict:
-    from opgen.references.mamba3_mimo_bwd_fwd import make_inputs
-
-    return make_inputs(row["B"], S or row["S"], row["H"], row["G"], row["N"], row["P"], row["R"],
-                       chunk_size=row["chunk_size"], dtype=torch.bfloat16,
-                       has_z=bool(row.get("z_given")), has_d=bool(row.get("d_given")), seed=1, device=device)
-
-
-def _outs(x: dict) -> dict:
-    B, S, R, G, N = x["q"].shape
-    H, P = x["v"].shape[2:]
-    NC = -(-S // x["chunk_size"])
-    dev, f32 = x["q"].device, torch.float32
-    z = x["z"] is not None
-    return dict(states=torch.empty(B, H, NC, N, P, dtype=f32, device=dev),
-                qk_dot=torch.empty(B, H, S, R, R, dtype=f32, device=dev),
-                dmimo_o=torch.empty(B, H, R, P, dtype=f32, device=dev),
-                dmimo_z=torch.empty(B, H, R, P, dtype=f32, device=dev) if z else None,
-                dz=torch.empty(B, S, H, P, dtype=f32, device=dev) if z else None)
+sys.path.insert(0, str(ROOT / "scripts"))
+from mamba3_split_probe import OP, OUTPUTS, inputs as _inputs, outputs as _outs  # noqa: E402 (after the path)
 
 
 def _run(variant: str, x: dict, outs: dict, point: dict) -> None:
