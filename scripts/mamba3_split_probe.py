@@ -1,11 +1,13 @@
-"""Time each kernel of mamba3_mimo_bwd_fwd's split variant over a grid of tunables on the official
-shapes, beside upstream's TileLang kernel, on one CUDA GPU.
+"""Time each kernel of mamba3_mimo_bwd_fwd's split or splitscan variant over a grid of tunables on
+the official shapes, beside upstream's TileLang kernel, on one CUDA GPU.
 
     python3 scripts/mamba3_split_probe.py RESULTS.jsonl [--cases official official_z] [--workers 14]
+        [--variant splitscan_static_separate]
 
 Every point is compiled first in parallel processes (Triton caches to disk; a kernel does not
 depend on S), then timed serially in this process with triton.testing.do_bench, kernel by kernel
-(the state scan, the chunk kernel, the reduction). TileLang's kernel (``source .tilelang/activate.sh``
+(split: the state scan; splitscan: the increments and their scan; then the chunk kernel and the
+reduction; "state" is the state path's sum). TileLang's kernel (``source .tilelang/activate.sh``
 first) is timed on the same inputs; its compilation runs in parallel processes beside ours
 (scripts/tilelang_warm.py). Per shape the best point by total time is run whole and checked
 against the fp32 reference (rel. L2 per output). One JSON line per measurement; the last lines
@@ -29,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OP = "mamba3_mimo_bwd_fwd"
-VARIANT = "split_static_separate"
+VARIANT = "split_static_separate"  # --variant
 OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
 
 
@@ -90,15 +92,29 @@ def calls(x: dict, outs: dict, point: dict) -> list:
     return module().kernel_calls(**x, **outs, num_programs=132, point=point)
 
 
-def compile_job(job: tuple[dict, dict]) -> dict:
+def kernel_name(kernel) -> str:
+    """state, increment, scan, chunk or reduce."""
+    return kernel.__name__.rsplit("_", 2)[-2]
+
+
+def parts(names: list[str], times: list[float]) -> dict:
+    """Per-kernel times, plus "state": the state path's (every kernel before the chunk kernel)."""
+    ms = dict(zip(names, times))
+    ms["state"] = sum(t for n, t in ms.items() if n not in ("chunk", "reduce"))
+    return ms
+
+
+def compile_job(job: tuple[dict, dict, str]) -> dict:
     """Compile (by running on a short sequence) one point; its kernels' registers, spills, smem."""
-    row, point = job
+    row, point, variant = job
+    global VARIANT
+    VARIANT = variant
     try:
         x = inputs(row, S=4 * row["chunk_size"])
         meta = []
         for kernel, grid_, kwargs, options in calls(x, outputs(x), point):
             compiled = kernel[grid_](**kwargs, **options)
-            meta.append(dict(kernel=kernel.__name__.rsplit("_", 2)[-2], regs=compiled.n_regs,
+            meta.append(dict(kernel=kernel_name(kernel), regs=compiled.n_regs,
                              spills=compiled.n_spills, smem=compiled.metadata.shared))
         torch.cuda.synchronize()
         return dict(status="ok", meta=meta)
@@ -148,16 +164,20 @@ def tilelang_ms(x: dict, row: dict | None = None) -> float | None:
 
 
 def main() -> None:
+    global VARIANT
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--cases", nargs="+", default=["official", "official_z"])
     parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--variant", default=VARIANT, help="the cuda rendering timed (split_static_separate, "
+                        "splitscan_static_separate)")
     parser.add_argument("--no-tilelang", action="store_true")
     parser.add_argument("--deadline", type=float, default=520, help="seconds after which no shape starts")
     parser.add_argument("--defaults", action="store_true", help="time the spec's default point only")
     parser.add_argument("--static", nargs="*", default=[], help="cases (e.g. N128_P64_R4_C16) whose TileLang "
                         "kernel is also compiled and timed with B, S, H, G as constants")
     args = parser.parse_args()
+    VARIANT = args.variant
 
     from opgen.references.mamba3_mimo_bwd_fwd import reference_fp32
     from opgen.spec import load_spec
@@ -174,7 +194,7 @@ def main() -> None:
     pool = cf.ProcessPoolExecutor(args.workers, mp_context=ctx)
     statics = {tag(r): pool.submit(static_job, r) for r in rows if tag(r) in args.static or "all" in args.static}
     # every shape's points are submitted at once; a shape is timed as soon as its points compiled
-    pending = [[(row, p, pool.submit(compile_job, (row, p))) for p in grid(row, args.defaults)] for row in rows]
+    pending = [[(row, p, pool.submit(compile_job, (row, p, VARIANT))) for p in grid(row, args.defaults)] for row in rows]
     summary = []
     with open(args.out, "w") as f:
         for row, futures in zip(rows, pending):
@@ -199,8 +219,9 @@ def main() -> None:
                         times = []
                         for kernel, grid_, kwargs, options in launches:
                             times.append(bench(lambda: kernel[grid_](**kwargs, **options)))
-                        rec["ms"] = dict(zip(("state", "chunk", "reduce"), times))
+                        rec["ms"] = parts([kernel_name(k) for k, *_ in launches], times)
                         rec["total_ms"] = sum(times)
+                        rec["variant"] = VARIANT
                     except Exception as exc:
                         rec["status"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 f.write(json.dumps(rec) + "\n")
