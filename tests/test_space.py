@@ -200,7 +200,8 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     assert {(p.config["BLOCK_P"], p.config["multibuffer"]) for p in points} == {(8, True), (8, False), (16, False), (32, False)}
     for point in points:
         kind, parts = space.budget_parts(spec, variant, point.config, params, profile("ascend910b3"))
-        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "folded", "split_state", "split_chunk", "scan"}
+        assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "folded", "split_state", "split_chunk",
+                                                     "splitscan_increment", "splitscan_scan", "scan"}
         assert parts["aux"] == parts["post"] == parts["folded"] == 0
         assert space.budget_bytes(spec, variant, point.config, params, profile("ascend910b3")) == (kind, max(parts.values()))
     # the aux path's own kernel counts; the pre-processing kernel alone is over at C=64, N=256
@@ -219,7 +220,14 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     n256 = _params(spec, B=1, S=256, H=2, G=1, N=256, P=64, R=2, chunk_size=8, dtype="bfloat16")
     kept, _ = space.points(spec, space.find_variant(spec, "split_static_separate"), profile("ascend910b3"), n256)
     assert {p.config["BLOCK_N"] for p in kept} == {16, 32, 64, 128}
-    for name in ("fold_static_separate", "split_static_separate"):
+    # splitscan's scan kernel holds 16 chunks of at most 256 state entries, whatever the shape
+    kept, _ = space.points(spec, space.find_variant(spec, "splitscan_static_separate"), profile("ascend910b3"), n256)
+    assert {p.config["BLOCK_N"] for p in kept} == {16, 32, 64, 128}
+    _, parts = space.budget_parts(spec, space.find_variant(spec, "splitscan_static_separate"), kept[0].config, n256,
+                                  profile("ascend910b3"))
+    assert parts["splitscan_scan"] == 4 * 16 * 256 * (4 + (2 if kept[0].config["multibuffer"] else 1)) + 4 * 256
+    assert parts["split_state"] == 0 and parts["splitscan_increment"] > 0
+    for name in ("fold_static_separate", "split_static_separate", "splitscan_static_separate"):
         small = _params(spec, B=1, S=256, H=2, G=1, N=32, P=64, R=2, chunk_size=8, dtype="bfloat16")
         kept, _ = space.points(spec, space.find_variant(spec, name), profile("ascend910b3"), small)
         assert kept and all(p.config["BLOCK_P"] >= 16 for p in kept)
@@ -237,5 +245,6 @@ def test_a_case_dtype_no_tensor_allows_is_an_error_not_the_first_dtype(gla):
 def test_an_axis_option_may_name_its_own_template():
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     templates = {v.name: v.template for v in space.all_variants(spec)}
-    assert templates["fold_static_separate"] == templates["split_static_separate"] == "folded.py.j2"
-    assert {t for n, t in templates.items() if not n.startswith(("fold_", "split_"))} == {"bwd_fwd.py.j2"}
+    folded = ("fold_static_separate", "split_static_separate", "splitscan_static_separate")
+    assert {templates[n] for n in folded} == {"folded.py.j2"}
+    assert {t for n, t in templates.items() if n not in folded} == {"bwd_fwd.py.j2"}

@@ -170,7 +170,7 @@ FOLDED_CASES = [  # (B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, BLOCK
 ]
 
 
-@pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate"])
+@pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
 @pytest.mark.parametrize("case", FOLDED_CASES,
                          ids=[f"R{c[6]}_C{c[7]}_N{c[4]}_P{c[5]}_BN{c[13]}" for c in FOLDED_CASES])
 def test_folded_variants_on_dot_sized_tiles(variant, case):
@@ -181,10 +181,20 @@ def test_folded_variants_on_dot_sized_tiles(variant, case):
     _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n}), x)
 
 
-@pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate"])
+@pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
 def test_folded_variants_bf16_outputs(variant):
     """split reads its entering states from an fp32 copy when the outputs are narrower."""
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(1, 40, 2, 1, 16, 32, 4, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=3)
     _check(_launch(module, x, output_dtype=torch.bfloat16, point={"BLOCK_P": 32}), x,
            output_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("S, C", [(16 * 37 + 5, 16), (8, 8), (5, 16)], ids=["NC38", "NC1", "NC1_tail"])
+def test_splitscan_chunk_counts(S, C):
+    """splitscan's scan carries the state across its groups of 16 chunks; a single chunk has no
+    increments to scan."""
+    module = importlib.import_module("generated.mamba3_mimo_bwd_fwd.kernels.cuda.splitscan_static_separate")
+    x = make_inputs(1, S, 2, 1, 16, 16, 16 // C if C <= 16 else 1, chunk_size=C, dtype=torch.bfloat16,
+                    has_z=S % 2 == 1, has_d=True, seed=S)
+    _check(_launch(module, x, point={"BLOCK_P": 16, "BLOCK_N": 16}), x)
