@@ -77,14 +77,40 @@ def _keyword_units(tokens: list[str]) -> list[str]:
     return out
 
 
+# Python 3.12 tokenizes an f-string into parts (PEP 701); earlier versions give one STRING token
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
+
+
 def _tokens(source: str) -> list[str] | None:
-    """The tokens of one line of code, or None if it does not tokenize on its own."""
+    """The tokens of one line of code (an f-string as one token, on every Python version), or None
+    if it does not tokenize on its own or its brackets do not balance (a line of a longer
+    statement: Python 3.12 tokenizes a closing bracket without its opening one)."""
     try:
-        toks = tokenize.generate_tokens(io.StringIO(source).readline)
-        return [t.string for t in toks if t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER,
-                                                         tokenize.INDENT, tokenize.DEDENT) and t.string]
+        toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return None
+    rows = source.splitlines(True)
+    offset = [sum(len(r) for r in rows[:i]) for i in range(len(rows) + 1)]
+    out: list[str] = []
+    depth, start = 0, 0
+    for t in toks:
+        if t.type == _FSTRING_START:
+            depth += 1
+            start = offset[t.start[0] - 1] + t.start[1] if depth == 1 else start
+        elif t.type == _FSTRING_END:
+            depth -= 1
+            if depth == 0:
+                out.append(source[start:offset[t.end[0] - 1] + t.end[1]])
+        elif depth == 0 and t.string and t.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER,
+                                                        tokenize.INDENT, tokenize.DEDENT):
+            out.append(t.string)
+    level = 0
+    for t in out:
+        level += (t in _OPEN) - (t in _CLOSE)
+        if level < 0:
+            return None
+    return out if level == 0 else None
 
 
 _KEYWORDS = ("in", "and", "or", "not", "if", "else", "is", "return", "for", "lambda")
@@ -200,7 +226,7 @@ def wrap_statements(text: str, width: int = 100) -> str:
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return text
     spans: list[tuple[int, int]] = []
-    first, clean = None, True
+    first, clean, fstring_row = None, True, 0
     for tok in tokens:
         if tok.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
                         tokenize.ENCODING, tokenize.ENDMARKER) and first is None:
@@ -208,6 +234,10 @@ def wrap_statements(text: str, width: int = 100) -> str:
         if first is None:
             first, clean = tok.start[0], True
         if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start[0] != tok.end[0]):
+            clean = False
+        if tok.type == _FSTRING_START:
+            fstring_row = tok.start[0]
+        if tok.type == _FSTRING_END and tok.end[0] != fstring_row:  # an f-string over several lines
             clean = False
         if tok.type == tokenize.NEWLINE:
             last = tok.start[0]

@@ -97,7 +97,7 @@ def kernel_name(kernel) -> str:
     return kernel.__name__.rsplit("_", 2)[-2]
 
 
-def parts(names: list[str], times: list[float]) -> dict:
+def kernel_parts(names: list[str], times: list[float]) -> dict:
     """Per-kernel times, plus "state": the state path's (every kernel before the chunk kernel)."""
     ms = dict(zip(names, times))
     ms["state"] = sum(t for n, t in ms.items() if n not in ("chunk", "reduce"))
@@ -219,7 +219,7 @@ def main() -> None:
                         times = []
                         for kernel, grid_, kwargs, options in launches:
                             times.append(bench(lambda: kernel[grid_](**kwargs, **options)))
-                        rec["ms"] = parts([kernel_name(k) for k, *_ in launches], times)
+                        rec["ms"] = kernel_parts([kernel_name(k) for k, *_ in launches], times)
                         rec["total_ms"] = sum(times)
                         rec["variant"] = VARIANT
                     except Exception as exc:

@@ -6,7 +6,7 @@ from pathlib import Path
 from opgen import kernels
 from opgen.records import kernel_hash
 from opgen.spec import load_spec
-from opgen.wrap import wrap_source
+from opgen.wrap import wrap_line, wrap_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,3 +61,21 @@ def test_kernel_modules_fit_100_columns_and_keep_the_template_output_as_identity
         assert k.hash == kernel_hash(k.source)
         assert max(len(line) for line in k.text.split("\n")) <= 100, k.path
         assert _code(k.text) == _code(k.source), k.path
+
+
+def test_a_line_whose_brackets_do_not_balance_is_left_as_it_is():
+    """A continuation line of a longer statement wraps the same on every Python version (3.12
+    tokenizes its closing bracket alone, 3.11 does not)."""
+    line = "        HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(), DOT_PRECISION=point.get(\"P\", \"ieee\")),"
+    assert wrap_line(line, 60) == [line]
+    opened = "    calls.append((kernel, grid, dict(dout=dout, v=v, mimo_v=mimo_v, mimo_o=mimo_o, z=z,"
+    assert wrap_line(opened, 60) == [opened]
+
+
+def test_an_f_string_is_one_token_on_every_python_version():
+    line = '    raise ValueError(f"q must have {n} dims (B, T, H, K), got {tuple(q.shape)} for the case {case!r} here")'
+    wrapped = wrap_line(line, 60)
+    assert len(wrapped) > 1 and all(len(x) <= 60 for x in wrapped)
+    # the f-string is split only outside its braces, into adjacent f-string literals
+    assert all(x.count("{") == x.count("}") for x in wrapped)
+    compile("\n".join(w.strip() for w in wrapped).replace("\n", " "), "<wrapped>", "exec")
