@@ -178,7 +178,9 @@ def test_folded_variants_on_dot_sized_tiles(variant, case):
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
                     has_z=has_z, has_d=has_d, seed=S + N + R)
-    _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n}), x)
+    # split's chunk kernel with its per-token and per-rank tiles here, splitscan's with per-row loads
+    _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n,
+                                     "ROW_TILES": variant.startswith("split_")}), x)
 
 
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
@@ -186,7 +188,7 @@ def test_folded_variants_bf16_outputs(variant):
     """split reads its entering states from an fp32 copy when the outputs are narrower."""
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(1, 40, 2, 1, 16, 32, 4, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=3)
-    _check(_launch(module, x, output_dtype=torch.bfloat16, point={"BLOCK_P": 32}), x,
+    _check(_launch(module, x, output_dtype=torch.bfloat16, point={"BLOCK_P": 32, "ROW_TILES": True}), x,
            output_dtype=torch.bfloat16)
 
 
