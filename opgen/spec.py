@@ -151,6 +151,9 @@ class Dispatch(_Model):
 
     key: dict[Ident, Union[KeyField, Formula]] = Field(min_length=1)
     defaults: dict[Backend, dict[Ident, DefaultValue]] = Field(min_length=1)
+    # How far (L1 distance in bucket indices) an untuned bucket may take a tuned bucket's row;
+    # farther, or at 0, it runs the spec's default. None: any distance.
+    fill_distance: Union[int, None] = Field(default=None, ge=0)
 
 
 class Reference(_Model):

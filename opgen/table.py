@@ -378,7 +378,8 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
     indices, ties to the larger buckets, then key order) whose variant is legal and within budget
     on a representative shape of the target: the source case with each moved plain-name field set
-    to the bucket's upper edge (last edge + 1 past the last). A key with no such row stays
+    to the bucket's upper edge (last edge + 1 past the last), at most the spec's
+    ``dispatch.fill_distance`` away. A key with no such row stays
     unfilled (it takes the spec's default). Each row names its source key.
     """
     fields_ = list(spec.dispatch.key.values())
@@ -391,6 +392,7 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
         groups.setdefault(tuple(v for i, v in enumerate(key) if i not in bucketed), []).append(key)
     counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
     tunables = spec.tunables_for(chip.backend)
+    reach = spec.dispatch.fill_distance
     rows: list[Row] = []
     for cat in sorted(groups, key=sort_key):
         for combo in itertools.product(*(range(n) for n in counts)):
@@ -399,6 +401,8 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
             if target in tuned:
                 continue
             for src in sorted(groups[cat], key=_nearest(bucketed, target)):
+                if reach is not None and sum(abs(src[i] - target[i]) for i in bucketed) > reach:
+                    break  # the candidates come nearest first
                 rec = tuned[src]
                 if _fill_fits(spec, chip, rec, src, target, bucketed, free):
                     point = {n: rec.point[n] for n in tunables}

@@ -38,7 +38,7 @@ def test_a_filled_shape_names_the_tuned_bucket_it_comes_from():
 
 def test_an_untuned_shape_runs_the_specs_default():
     out = _explain(MAMBA3, "B=4", "S=2048", "H=16", "G=1", "N=128", "P=64", "R=4", "chunk_size=16",
-                   "dtype=bfloat16")
+                   "dtype=float16")
     assert out["row"] == "default" and out["variant"] == "split_static_separate"
     assert out["config"]["BLOCK_N"] == 32 and "winner" not in out
     assert max(out["budget"]["estimate"].values()) < out["budget"]["limit"]

@@ -330,6 +330,26 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     assert tables.frozen_rows(gla, CHIP, path, hashes) == table
 
 
+def test_fill_reaches_no_farther_than_the_specs_fill_distance(tmp_path, gla, hashes):
+    from opgen.keys import split_key_field
+
+    path = _path(tmp_path)
+    small = _winner(gla)
+    _write(path, [small])
+    bucketed = [i for i, f in enumerate(gla.dispatch.key.values()) if split_key_field(f)[1]]
+
+    def within(distance):
+        spec = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_distance": distance})})
+        return tables.frozen_rows(spec, CHIP, path, hashes)
+
+    assert gla.dispatch.fill_distance is None and tables.frozen_rows(gla, CHIP, path, hashes).filled > 30
+    near = _filled(within(1))
+    assert near and all(sum(abs(k[i] - small.key[i]) for i in bucketed) == 1 for k in near)
+    assert len(near) < len(_filled(within(2))) < tables.frozen_rows(gla, CHIP, path, hashes).filled
+    none = within(0)
+    assert none.filled == 0 and [r.key for r in none.rows] == [small.key]
+
+
 def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
     path = _path(tmp_path)
     single_point = {**POINT, "BK": 64, "BV": 64}

@@ -25,11 +25,19 @@ def test_bucket_ranges_read_as_the_values_they_stand_for():
     assert bucket_range("K", edges, 1, 2) == "K in (32, 96]" and bucket_range("K", edges, 0, 4) == "K any"
 
 
-def test_a_table_without_tuned_rows_has_no_fill():
-    """mamba3's H200 records predate a tunable of the spec: none is frozen, nothing is filled."""
+def test_a_table_without_tuned_rows_has_no_fill(tmp_path):
+    spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
+    table = frozen_rows(spec, chip, records.record_path(tmp_path, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    assert table.rows == () and table.filled == 0
+    assert fill_ranges(spec, table.rows, config_names(table.rows)) == []
+
+
+def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
+    """mamba3's untuned buckets run the spec's default: its H200 table holds tuned rows only."""
     spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
     table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
-    assert table.rows == () and table.filled == 0 and len(table.stale) > 0
+    assert spec.dispatch.fill_distance == 0 and table.filled == 0
+    assert table.rows and all(r.source is None for r in table.rows)
     assert fill_ranges(spec, table.rows, config_names(table.rows)) == []
 
 
