@@ -214,15 +214,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
     generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
-        _write_json(Path(args.json), spec.op, generated, toolchain, results)
+        _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
 
 
-def _write_json(path: Path, op: str, generated: str, toolchain: dict[str, str], results: list) -> None:
-    """A bench shard's results as ``--merge`` reads them (every CaseResult field, agreement too)."""
-    path.write_text(json.dumps(dict(op=op, generated=generated, toolchain=toolchain,
-                                    results=[dataclasses.asdict(r) for r in results])))
+def _write_json(path: Path, args: argparse.Namespace, generated: str, toolchain: dict[str, str],
+                results: list) -> None:
+    """A bench shard's results as ``--merge`` and ``opgen report`` read them (every CaseResult
+    field, agreement too), with the baseline and case set they ran."""
+    path.write_text(json.dumps(dict(op=args.op, baseline=args.baseline, cases=args.cases, generated=generated,
+                                    toolchain=toolchain, results=[dataclasses.asdict(r) for r in results])))
 
 
 def _print_table(results: list, args: argparse.Namespace, provenance: str) -> None:
@@ -254,42 +256,18 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
         generated = compare.generated_hash(_root(args), args.op)
         results, toolchain = _merged(rows, files, generated)
     if args.json:  # the merged results, as one shard would have written them
-        _write_json(Path(args.json), args.op, generated, toolchain, results)
+        _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(args.op, generated, toolchain))
     return 0
 
 
 def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, dict[str, str]]:
-    """The results of the ``--json`` files of bench shards, in case order, and their toolchain;
-    every case present once, every shard measured on the generated code ``generated`` (this
-    tree's) with one toolchain."""
-    from .compare import CaseResult, case_id
+    """The results of the ``--json`` files of bench shards, in case order, and their toolchain
+    (:func:`opgen.compare.read_shards`), every shard measured on this tree's generated code."""
+    from .compare import read_shards
 
-    found: dict[str, CaseResult] = {}
-    toolchains: dict[str, Path] = {}
-    for f in files:
-        shard = json.loads(f.read_text())
-        if not isinstance(shard, dict) or "generated" not in shard:
-            raise OpgenError(f"bench shard {f} does not say which generated code it measured "
-                             "(written before shards carried it): run that shard again")
-        if shard["generated"] != generated:
-            raise OpgenError(f"bench shard {f} measured generated code {shard['generated']}, but this "
-                             f"tree's is {generated}: run that shard again on this tree")
-        toolchains.setdefault(json.dumps(shard["toolchain"], sort_keys=True), f)
-        for r in shard["results"]:
-            if r["case"] in found:
-                raise OpgenError(f"bench shards: case {r['case']} appears twice (again in {f})")
-            found[r["case"]] = CaseResult(**r)
-    if len(toolchains) > 1:
-        raise OpgenError(f"bench shards ran on different toolchains: {sorted(toolchains)}")
-    order = [case_id(row) for row in rows]
-    missing = [c for c in order if c not in found]
-    if missing:
-        raise OpgenError(f"bench shards returned no result for {missing}")
-    extra = sorted(set(found) - set(order))
-    if extra:
-        raise OpgenError(f"bench shards hold cases outside the case set: {extra}")
-    return [found[c] for c in order], json.loads(next(iter(toolchains)))
+    results, toolchain, _ = read_shards(rows, files, generated)
+    return results, toolchain
 
 
 def _cmd_records(args: argparse.Namespace) -> int:
