@@ -3,7 +3,8 @@
 Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
-records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``schema``
+records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
+(a markdown page with plots of an op on a chip, from the committed files), ``schema``
 (the JSON Schema of the spec format) and
 ``replay`` (the search replayed on a recorded exhaustive sweep).
 """
@@ -295,6 +296,19 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .hardware import profile
+    from .review_page import write
+
+    root = _root(args)
+    spec = _op_spec(root, args.op)
+    chip = profile(args.chip)
+    out = Path(args.out) if args.out else root / "report" / chip.name / spec.op
+    for path in write(root, spec, chip, out, args.storage):
+        print(f"wrote {path}")
+    return 0
+
+
 def _cmd_schema(args: argparse.Namespace) -> int:
     from .schema import schema_text
 
@@ -327,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
     commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
-                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema}
+                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report}
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -387,6 +401,13 @@ def main(argv: list[str] | None = None) -> int:
                            help="dims, scalars, dtype, <tensor>_given of the call (e.g. B=2 T=1024 dtype=bfloat16)")
     explain_p.add_argument("--json", action="store_true", help="print the answer as JSON")
     explain_p.set_defaults(func=_cmd_explain)
+    report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
+    report_p.add_argument("op")
+    report_p.add_argument("--chip", required=True)
+    report_p.add_argument("--out", help="folder for the page and its PNGs (default: report/<chip>/<op>)")
+    report_p.add_argument("--storage", help="read the tuning history from this optuna storage (RDB URL or journal "
+                          "file) instead of the records")
+    report_p.set_defaults(func=_cmd_report)
     schema_p = sub.add_parser("schema", help="the JSON Schema of the spec format")
     schema_p.add_argument("--out", help="write it to this file (the repository keeps specs/spec.schema.json)")
     schema_p.set_defaults(func=_cmd_schema)
