@@ -33,6 +33,11 @@ def _pyplot() -> Any:
     return plt
 
 
+def check_matplotlib() -> None:
+    """Raise the error :func:`_pyplot` raises where matplotlib is missing, before any work."""
+    _pyplot()
+
+
 def _save(fig: Any, path: Path, tight: bool = True) -> None:
     """Write ``fig`` as a PNG; ``tight``: fit the layout to its text (slow for many panels, whose
     layout the caller fixes instead)."""
@@ -132,7 +137,8 @@ def history_all(studies: Sequence[Study], op: str, path: Path) -> None:
             continue
         ys = [math.nan if b is None else b / best for b in s.best_so_far]
         longest = max(longest, len(ys))
-        ax.plot(range(1, len(ys) + 1), ys, color=_OURS if s.current else "gray", alpha=0.35, linewidth=0.8)
+        ax.plot(range(1, len(ys) + 1), ys, color=_OURS if s.current else "gray", alpha=0.35, linewidth=0.8,
+                drawstyle="steps-post")
     ax.plot([], [], color=_OURS, label="on the current kernels")
     ax.plot([], [], color="gray", label="on kernels since changed")
     ax.set_yscale("log")

@@ -17,6 +17,7 @@ from .spec import OpSpec
 
 def write(root: Path, spec: OpSpec, chip: ChipProfile, out: Path, storage: str | None = None) -> list[Path]:
     """Write the page and its plots into ``out``; the files written, the page first."""
+    plots.check_matplotlib()
     data = gather(root, spec, chip, storage)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{spec.op}-{chip.name}"
@@ -196,8 +197,8 @@ def _headroom(root: Path, data: ReviewData, image: str | None) -> str:
     for e in data.headroom:
         reported = "not recorded" if e.reported is None else str(e.reported)
         lines.append(f"| {e.label} | {e.row} | {e.bucket} | {e.worst} | {reported} | {e.limit} | {1 - e.used:.0%} |")
-    lines += ["", "Each row: `" + _explain_command(spec, chip, data.headroom[0]) + "` (that row's case).",
-              "", "</details>"]
+    lines += ["", "`opgen explain` shows one row with its case, the first one: `"
+              + _explain_command(spec, chip, data.headroom[0]) + "`.", "", "</details>"]
     return "\n".join(lines)
 
 
@@ -244,8 +245,8 @@ def _tests(data: ReviewData) -> str:
         f"{count} test functions in {len(data.tests)} files name `{op}`, counted statically: a function "
         f"whose decorators or body hold a string naming it, or use a name of their file (an import, a "
         "constant, a helper, a fixture) that does, and every function of a file named after it; a "
-        "parametrized function counts once, fixtures of `conftest.py` and tests over every spec are not "
-        "followed.",
+        "parametrized function counts once; fixtures of `conftest.py` are not followed, and tests run "
+        "over every spec without naming it are not counted.",
         "",
         "| file | test functions |",
         "| --- | --- |",

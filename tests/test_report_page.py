@@ -137,3 +137,29 @@ def test_the_converted_bench_json_holds_the_committed_tables_values():
         committed = json.loads((ROOT / "benchmarks" / "logs" / f"h200_mamba3_vs_tilelang_{cases}.json").read_text())
         assert committed["cases"] == cases and committed["generated"] == table["generated"]
         assert json.dumps(committed["results"]) == json.dumps(table["results"])
+
+
+def test_bench_runs_refuse_an_index_that_does_not_match_its_json(tmp_path):
+    """runs.yaml names a run's baseline and case set; a JSON saying otherwise, or an entry without
+    its files, is an error naming the file."""
+    from opgen.errors import OpgenError
+    from opgen.review_data import bench_runs
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    logs = tmp_path / "benchmarks" / "logs"
+    logs.mkdir(parents=True)
+    shard = json.loads((ROOT / "benchmarks" / "logs" / "h200_mamba3_vs_tilelang_official.json").read_text())
+    (logs / "run.json").write_text(json.dumps(dict(shard, baseline="other")))
+    index = {"h200": {spec.op: {"bench": [{"baseline": "tilelang", "cases": "official", "json": ["logs/run.json"]}]}}}
+    (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
+    with pytest.raises(OpgenError, match="run.json: baseline 'other'"):
+        bench_runs(tmp_path, spec, profile("h200"))
+    index["h200"][spec.op]["bench"][0].pop("json")
+    (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
+    with pytest.raises(OpgenError, match=r"bench\[0\]: missing json"):
+        bench_runs(tmp_path, spec, profile("h200"))
+    (logs / "run.json").write_text(json.dumps(dict(shard, results=shard["results"][:3])))
+    index["h200"][spec.op]["bench"][0]["json"] = ["logs/run.json"]
+    (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
+    with pytest.raises(OpgenError, match="returned no result for"):
+        bench_runs(tmp_path, spec, profile("h200"))
