@@ -116,6 +116,9 @@ def bench_runs(root: Path, spec: OpSpec, chip: ChipProfile) -> list[BenchRun]:
         missing = [k for k in ("baseline", "cases", "json") if not entry.get(k)]
         if missing:
             raise OpgenError(f"{where}: missing {', '.join(missing)}")
+        if entry["baseline"] not in spec.baselines or entry["cases"] not in spec.cases:
+            raise OpgenError(f"{where}: baseline {entry['baseline']!r} and case set {entry['cases']!r} must be "
+                             f"among the spec's ({sorted(spec.baselines)}; {sorted(spec.cases)})")
         files = [root / "benchmarks" / f for f in entry["json"]]
         results, toolchain, generated = read_shards(spec.expand_cases(entry["cases"]), files)
         meta = [_json_head(f) for f in files]

@@ -154,6 +154,11 @@ def test_bench_runs_refuse_an_index_that_does_not_match_its_json(tmp_path):
     (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
     with pytest.raises(OpgenError, match="run.json: baseline 'other'"):
         bench_runs(tmp_path, spec, profile("h200"))
+    index["h200"][spec.op]["bench"][0]["baseline"] = "fla"
+    (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
+    with pytest.raises(OpgenError, match="baseline 'fla' and case set 'official' must be among the spec's"):
+        bench_runs(tmp_path, spec, profile("h200"))
+    index["h200"][spec.op]["bench"][0]["baseline"] = "tilelang"
     index["h200"][spec.op]["bench"][0].pop("json")
     (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
     with pytest.raises(OpgenError, match=r"bench\[0\]: missing json"):
