@@ -3,7 +3,8 @@
 Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
-records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``schema``
+records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
+(a markdown page with plots of an op on a chip, from the committed files), ``schema``
 (the JSON Schema of the spec format) and
 ``replay`` (the search replayed on a recorded exhaustive sweep).
 """
@@ -214,15 +215,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
     generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
-        _write_json(Path(args.json), spec.op, generated, toolchain, results)
+        _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
 
 
-def _write_json(path: Path, op: str, generated: str, toolchain: dict[str, str], results: list) -> None:
-    """A bench shard's results as ``--merge`` reads them (every CaseResult field, agreement too)."""
-    path.write_text(json.dumps(dict(op=op, generated=generated, toolchain=toolchain,
-                                    results=[dataclasses.asdict(r) for r in results])))
+def _write_json(path: Path, args: argparse.Namespace, generated: str, toolchain: dict[str, str],
+                results: list) -> None:
+    """A bench shard's results as ``--merge`` and ``opgen report`` read them (every CaseResult
+    field, agreement too), with the baseline and case set they ran."""
+    path.write_text(json.dumps(dict(op=args.op, baseline=args.baseline, cases=args.cases, generated=generated,
+                                    toolchain=toolchain, results=[dataclasses.asdict(r) for r in results])))
 
 
 def _print_table(results: list, args: argparse.Namespace, provenance: str) -> None:
@@ -254,42 +257,18 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
         generated = compare.generated_hash(_root(args), args.op)
         results, toolchain = _merged(rows, files, generated)
     if args.json:  # the merged results, as one shard would have written them
-        _write_json(Path(args.json), args.op, generated, toolchain, results)
+        _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(args.op, generated, toolchain))
     return 0
 
 
 def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, dict[str, str]]:
-    """The results of the ``--json`` files of bench shards, in case order, and their toolchain;
-    every case present once, every shard measured on the generated code ``generated`` (this
-    tree's) with one toolchain."""
-    from .compare import CaseResult, case_id
+    """The results of the ``--json`` files of bench shards, in case order, and their toolchain
+    (:func:`opgen.compare.read_shards`), every shard measured on this tree's generated code."""
+    from .compare import read_shards
 
-    found: dict[str, CaseResult] = {}
-    toolchains: dict[str, Path] = {}
-    for f in files:
-        shard = json.loads(f.read_text())
-        if not isinstance(shard, dict) or "generated" not in shard:
-            raise OpgenError(f"bench shard {f} does not say which generated code it measured "
-                             "(written before shards carried it): run that shard again")
-        if shard["generated"] != generated:
-            raise OpgenError(f"bench shard {f} measured generated code {shard['generated']}, but this "
-                             f"tree's is {generated}: run that shard again on this tree")
-        toolchains.setdefault(json.dumps(shard["toolchain"], sort_keys=True), f)
-        for r in shard["results"]:
-            if r["case"] in found:
-                raise OpgenError(f"bench shards: case {r['case']} appears twice (again in {f})")
-            found[r["case"]] = CaseResult(**r)
-    if len(toolchains) > 1:
-        raise OpgenError(f"bench shards ran on different toolchains: {sorted(toolchains)}")
-    order = [case_id(row) for row in rows]
-    missing = [c for c in order if c not in found]
-    if missing:
-        raise OpgenError(f"bench shards returned no result for {missing}")
-    extra = sorted(set(found) - set(order))
-    if extra:
-        raise OpgenError(f"bench shards hold cases outside the case set: {extra}")
-    return [found[c] for c in order], json.loads(next(iter(toolchains)))
+    results, toolchain, _ = read_shards(rows, files, generated)
+    return results, toolchain
 
 
 def _cmd_records(args: argparse.Namespace) -> int:
@@ -314,6 +293,19 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     spec = _op_spec(root, args.op)
     result = explain.explain(root, spec, profile(args.chip), explain.parse_values(spec, args.values))
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else explain.text(result))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .hardware import profile
+    from .review_page import write
+
+    root = _root(args)
+    spec = _op_spec(root, args.op)
+    chip = profile(args.chip)
+    out = Path(args.out) if args.out else root / "report" / chip.name / spec.op
+    for path in write(root, spec, chip, out, args.storage):
+        print(f"wrote {path}")
     return 0
 
 
@@ -349,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
     commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
-                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema}
+                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report}
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -409,6 +401,13 @@ def main(argv: list[str] | None = None) -> int:
                            help="dims, scalars, dtype, <tensor>_given of the call (e.g. B=2 T=1024 dtype=bfloat16)")
     explain_p.add_argument("--json", action="store_true", help="print the answer as JSON")
     explain_p.set_defaults(func=_cmd_explain)
+    report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
+    report_p.add_argument("op")
+    report_p.add_argument("--chip", required=True)
+    report_p.add_argument("--out", help="folder for the page and its PNGs (default: report/<chip>/<op>)")
+    report_p.add_argument("--storage", help="read the tuning history from this optuna storage (RDB URL or journal "
+                          "file) instead of the records")
+    report_p.set_defaults(func=_cmd_report)
     schema_p = sub.add_parser("schema", help="the JSON Schema of the spec format")
     schema_p.add_argument("--out", help="write it to this file (the repository keeps specs/spec.schema.json)")
     schema_p.set_defaults(func=_cmd_schema)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import bench
-from .accuracy import rel_l2
 from .backends import Backend
+from .errors import OpgenError
 from .spec import OpSpec
 
 
@@ -73,6 +74,7 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     """Time and check the generated op and the baseline on one case."""
     import torch
 
+    from .accuracy import rel_l2
     from .worker import prepare_case
 
     op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
@@ -102,6 +104,8 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
 def agreement(names: list[str], ours: Any, base: Any) -> dict[str, float]:
     """Output name -> rel. L2 of our output against the baseline's, over the outputs both return;
     empty for an op with one output (its error column says it all)."""
+    from .accuracy import rel_l2
+
     if len(names) < 2:
         return {}
     mine, theirs = _by_name(names, ours), _by_name(names, base)
@@ -230,3 +234,46 @@ def generated_hash(root: Path, op: str) -> str:
     base = root / "generated" / op
     files = sorted(f for f in base.rglob("*.py") if "__pycache__" not in f.parts)
     return content_hash(f"{f.relative_to(base).as_posix()}\n{f.read_text(encoding='utf-8')}" for f in files)
+
+
+def read_shards(rows: list[dict[str, Any]], files: list[Path],
+                generated: str | None = None) -> tuple[list[CaseResult], dict[str, str], str]:
+    """The results of the ``--json`` files of bench shards in the order of the case rows ``rows``,
+    their toolchain and the hash of the generated code they measured: every case present once,
+    one toolchain, one generated code (``generated`` where given, e.g. this tree's).
+
+    Raises:
+        OpgenError: naming the file, for a shard that is no JSON of a bench, says nothing of the
+            generated code or measured other code, a case twice, outside the rows or missing, or
+            shards of different toolchains.
+    """
+    found: dict[str, CaseResult] = {}
+    toolchains: dict[str, Path] = {}
+    for f in files:
+        try:
+            shard = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise OpgenError(f"bench shard {f}: cannot read it as JSON ({exc})") from None
+        if not isinstance(shard, dict) or "generated" not in shard:
+            raise OpgenError(f"bench shard {f} does not say which generated code it measured "
+                             "(written before shards carried it): run that shard again")
+        if generated is None:
+            generated = shard["generated"]
+        if shard["generated"] != generated:
+            raise OpgenError(f"bench shard {f} measured generated code {shard['generated']}, but "
+                             f"{generated} is wanted: run that shard again on the tree of {generated}")
+        toolchains.setdefault(json.dumps(shard["toolchain"], sort_keys=True), f)
+        for r in shard["results"]:
+            if r["case"] in found:
+                raise OpgenError(f"bench shards: case {r['case']} appears twice (again in {f})")
+            found[r["case"]] = CaseResult(**r)
+    if len(toolchains) > 1:
+        raise OpgenError(f"bench shards ran on different toolchains: {sorted(toolchains)}")
+    order = [case_id(row) for row in rows]
+    missing = [c for c in order if c not in found]
+    if missing:
+        raise OpgenError(f"bench shards returned no result for {missing}")
+    extra = sorted(set(found) - set(order))
+    if extra:
+        raise OpgenError(f"bench shards hold cases outside the case set: {extra}")
+    return [found[c] for c in order], json.loads(next(iter(toolchains))), str(generated)

@@ -19,7 +19,7 @@ from .records import record_path
 from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant
 from .spec import DTYPES, OpSpec
 from .spec_values import value_kinds
-from .table import frozen_rows
+from .table import FrozenTable, frozen_rows
 
 
 def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
@@ -58,15 +58,19 @@ def _value(name: str, kind: str, text: str) -> Any:
     return text
 
 
-def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any]) -> dict[str, Any]:
-    """What the frozen table of ``chip`` runs for the call ``row`` describes, as plain data."""
+def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
+            table: FrozenTable | None = None) -> dict[str, Any]:
+    """What the frozen table of ``chip`` runs for the call ``row`` describes, as plain data
+    (``table``: that table when the caller has it already, else frozen from the records)."""
     params = evaluate_params(spec, case_inputs(spec, row))
     out: dict[str, Any] = {"op": spec.op, "chip": chip.name, "call": dict(row)}
     refused = _refusal(spec, params)
     if refused is not None:
         return {**out, "refused": refused}
     key = key_of(spec, params)
-    table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))
+    if table is None:
+        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op),
+                            kernel_hashes(root, spec, chip.rendering))
     found = next((r for r in table.rows if r.key == key), None)
     out |= {"key": list(key), "bucket": key_text(spec, key)}
     if found is None:
