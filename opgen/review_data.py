@@ -49,8 +49,6 @@ class BenchRun:
     generated: str
     toolchain: dict[str, str]
     results: tuple[CaseResult, ...]
-    converted_from: str | None = None
-    not_recorded: tuple[str, ...] = ()
 
     @property
     def speedups(self) -> list[float]:
@@ -127,11 +125,9 @@ def bench_runs(root: Path, spec: OpSpec, chip: ChipProfile) -> list[BenchRun]:
                 want = spec.op if name == "op" else entry[name]
                 if name in head and head[name] != want:
                     raise OpgenError(f"{f}: {name} {head[name]!r}, but {where} says {want!r}")
-        converted = next((h["converted_from"] for h in meta if h.get("converted_from")), None)
-        not_recorded = tuple(dict.fromkeys(n for h in meta for n in h.get("not_recorded", ())))
         out.append(BenchRun(entry["baseline"], entry["cases"], _text(entry.get("commit")),
                             _text(entry.get("command")), tuple(entry["json"]), entry.get("table"),
-                            generated, toolchain, tuple(results), converted, not_recorded))
+                            generated, toolchain, tuple(results)))
     return out
 
 

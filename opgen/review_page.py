@@ -108,10 +108,6 @@ def _speed(data: ReviewData, run: BenchRun, image: str) -> str:
                                   if len(run.files) > 1 else "")
         + (f"; the table `benchmarks/{run.table}`" if run.table else "") + ".",
     ]
-    if run.converted_from:
-        lines.append(f"- The run kept only its table: its JSON was converted from `{run.converted_from}` "
-                     "(`scripts/bench_json_from_table.py`), values at the table's printed precision; not "
-                     f"recorded per case: {', '.join(run.not_recorded) or 'nothing'}.")
     lines += [
         f"- Reproduce: `{run.command}`" if run.command else "- Reproduce: not recorded.",
         "",
