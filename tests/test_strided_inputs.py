@@ -52,3 +52,32 @@ def test_mamba3_takes_strided_q_k_v(make):
     x = mamba3_inputs(1, 16, 2, 1, 8, 8, 2, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=5)
     strided = {**x, "q": make(x["q"]), "k": make(x["k"]), "v": make(x["v"]), "z": make(x["z"])}
     _same(mamba3_mimo_bwd_fwd(**strided), mamba3_mimo_bwd_fwd(**x))
+
+
+def test_the_strided_baseline_calls_each_op_with_strided_views_made_once(monkeypatch):
+    """``opgen bench <op> --baseline strided`` times this call beside the contiguous one."""
+    import generated.mamba3_mimo_bwd_fwd as module
+    from opgen.baselines import strided
+    from opgen.spec import load_spec
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for op in ("chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"):
+        assert load_spec(root / "specs" / f"{op}.yaml", root).baselines["strided"] == f"opgen.baselines.strided:{op}"
+    x = mamba3_inputs(1, 16, 2, 1, 8, 8, 2, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=6)
+    seen = []
+    real = module.mamba3_mimo_bwd_fwd
+
+    def spy(**args):
+        seen.append(args)
+        return real(**args)
+    monkeypatch.setattr(module, "mamba3_mimo_bwd_fwd", spy)
+    base = strided.strided_call("mamba3_mimo_bwd_fwd")
+    first, second = base(**x), base(**x)
+    _same(first, real(**x))
+    _same(second, first)
+    for name in ("q", "k", "v", "dout", "z", "angles", "dt", "segsum"):
+        assert not seen[0][name].is_contiguous() and torch.equal(seen[0][name], x[name]), name
+        assert seen[1][name] is seen[0][name], name  # made once, reused by every timed call
+    for name in ("q_bias", "mimo_v", "d"):  # per-head parameters pass as they are
+        assert seen[0][name] is x[name], name
