@@ -131,3 +131,22 @@ def test_the_spec_names_the_baseline_and_the_z_case_set():
     official, with_z = spec.expand_cases("official"), spec.expand_cases("official_z")
     assert len(with_z) == len(official) == 11
     assert with_z == [{**row, "mimo_z_given": True, "z_given": True} for row in official]
+
+
+def test_the_static_baseline_builds_one_kernel_per_shape_with_constant_dims(monkeypatch):
+    """tilelang_static compiles for the call's B, S, H, G; the device check comes first."""
+    built = []
+
+    def builder(*args):
+        built.append(args)
+        return object()
+
+    monkeypatch.setattr(tl, "_KERNELS", {})
+    monkeypatch.setattr(tl, "_import_builder", lambda: (builder, None))
+    config = tl.replace(tl.KernelConfig(8, 4, 2, False, True, 8, 4, "float16"), shape=(2, 16, 4, 1))
+    assert tl.compiled(config) is tl.compiled(config)
+    assert built == [(2, 16, 4, 1, 8, 4, 2, False, True, True, 8, 4, "float16", 128, 0)]
+    with pytest.raises(UnsupportedInput, match="CUDA devices only"):
+        tl.tilelang_static(**_args())
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    assert resolve(spec.baselines["tilelang_static"]) is tl.tilelang_static

@@ -13,8 +13,9 @@ sdist, run by tilelang 0.1.8 (``source .tilelang/activate.sh``: the folder that
 returns a kernel that writes into outputs the caller allocates. One program per (head, batch)
 walks all chunks in order, the R ranks folded into the chunk axis (C * R rows per GEMM).
 
-It is called here as upstream's ``mamba_mimo_bwd_combined`` calls it: B, S, H and G dynamic
-(``T.dynamic``), ``reduceO=True`` (dout is the reduced [B,S,H,P]), threads 128, num_stages 0, the
+``tilelang`` calls it as upstream's ``mamba_mimo_bwd_combined`` does: B, S, H and G dynamic
+(``T.dynamic``); ``tilelang_static`` compiles it for each call's B, S, H and G as constants (on the
+official shapes on an H200 1.4x-3.3x faster). Both use ``reduceO=True`` (dout is the reduced [B,S,H,P]), threads 128, num_stages 0, the
 outputs allocated as that wrapper does (``qk_dot`` zero-filled, the rest empty). The compiled
 kernel is kept per configuration in this process, so a call times the allocations and the launch,
 not the re-trace that the wrapper does on every call.
@@ -48,7 +49,7 @@ mimo_z / z without the other, tensors off a CUDA device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -56,7 +57,7 @@ import torch
 from opgen.errors import UnsupportedInput
 
 __all__ = ["KernelConfig", "UPSTREAM_ARGS", "OUTPUTS", "kernel_config", "to_upstream",
-           "from_upstream", "tilelang", "compiled"]
+           "from_upstream", "tilelang", "tilelang_static", "compiled"]
 
 # The kernel's parameters, in order (mamba3_mimo_bwd.py: mamba_mimo_bwd_fwd_kernel).
 UPSTREAM_ARGS = ("dout", "q", "k", "v", "q_bias", "k_bias", "mimo_v", "mimo_o", "dmimo_o", "states",
@@ -71,7 +72,7 @@ _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """The compile-time arguments of upstream's kernel (B, S, H, G are dynamic)."""
+    """The compile-time arguments of upstream's kernel: B, S, H, G dynamic, or the ``shape`` given."""
 
     N: int
     P: int
@@ -83,6 +84,7 @@ class KernelConfig:
     dtype: str
     threads: int = 128  # mamba_mimo_bwd_combined's bf_threads
     num_stages: int = 0  # and bf_num_stages
+    shape: tuple[int, int, int, int] | None = None  # (B, S, H, G) as constants; None: dynamic
 
     def builder_args(self, B: Any, S: Any, H: Any, G: Any) -> tuple:
         """The positional arguments of ``mamba_mimo_bwd_fwd`` (reduceO is always True here)."""
@@ -190,7 +192,7 @@ def compiled(config: KernelConfig) -> Any:
     kernel = _KERNELS.get(config)
     if kernel is None:
         builder, T = _import_builder()
-        dims = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
+        dims = config.shape or (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
         kernel = _KERNELS[config] = builder(*config.builder_args(*dims))
     return kernel
 
@@ -210,11 +212,26 @@ def tilelang(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         UnsupportedInput: TileLang or the kernel is not importable, the tensors are not on a CUDA
             device, or the case is one upstream does not take (see the module docstring).
     """
+    return _run(False, dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
+                segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype)
+
+
+def tilelang_static(*args: Any, **kwargs: Any
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None,
+                               torch.Tensor | None]:
+    """:func:`tilelang` with the kernel compiled for the call's B, S, H and G as constants (one
+    build per shape, as a case-specialised deployment runs it); the same arguments and outputs."""
+    return _run(True, *args, **kwargs)
+
+
+def _run(static: bool, *args: Any, **kwargs: Any) -> tuple:
     _import_builder()
+    q = kwargs["q"] if "q" in kwargs else args[1]
     if q.device.type != "cuda":
         raise UnsupportedInput(f"{_WHO}: runs on CUDA devices only, got q on {q.device}")
-    config, args = to_upstream(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs,
-                               da_cs_rev, dt, trap, segsum, mimo_z, d, z, chunk_size,
-                               rotary_dim_divisor, output_dtype)
-    compiled(config)(*args.values())
-    return from_upstream(args)
+    config, upstream = to_upstream(*args, **kwargs)
+    if static:
+        B, S, R, G, N = q.shape
+        config = replace(config, shape=(B, S, upstream["v"].shape[2], G))
+    compiled(config)(*upstream.values())
+    return from_upstream(upstream)
