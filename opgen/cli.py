@@ -1,6 +1,7 @@
 """The ``opgen`` command line: the only reader of argv and the environment.
 
-Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
+Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale),
+``cases`` (draw the case sets of a spec's ``sampling`` section into their file),
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
 records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
@@ -271,6 +272,32 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, 
     return results, toolchain
 
 
+def _cmd_cases(args: argparse.Namespace) -> int:
+    from .case_sample import cases_text, sample_cases
+    from .spec import sampled_cases_path
+
+    root = _root(args)
+    spec = _op_spec(root, args.op)
+    sampled = sample_cases(spec, args.sample, args.seed, args.holdout, args.measure)
+    given = [f"--{k} {v}" for k, v in (("sample", args.sample), ("seed", args.seed), ("holdout", args.holdout),
+                                       ("measure", args.measure)) if v is not None]
+    text = cases_text(spec, sampled, " ".join(["opgen cases", spec.op, *given]))
+    path = Path(args.out) if args.out else sampled_cases_path(spec, root)
+    if args.check:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            print(f"{path} is not what the sampling section draws; run `opgen cases {spec.op}`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    sizes = ", ".join(f"{name} {len(rows)}" for name, rows in sampled.parts.items())
+    print(f"wrote {path}: {sizes}")
+    if sampled.topped_up:
+        print(f"drawn further to cover variants {', '.join(sampled.topped_up)}")
+    return 0
+
+
 def _cmd_records(args: argparse.Namespace) -> int:
     from .hardware import profile
     from .kernels import kernel_hashes
@@ -340,8 +367,17 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="render generated/ from specs, templates and records")
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
-    commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
+    commands = {"build": _cmd_build, "cases": _cmd_cases, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
                 "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report}
+    cases_p = sub.add_parser("cases", help="draw the case sets of an op's sampling section into its file")
+    cases_p.add_argument("op", help="operator (specs/<op>.yaml)")
+    cases_p.add_argument("--sample", type=int, help="cases to draw (default: the section's count)")
+    cases_p.add_argument("--seed", type=int, help="seed of the draw and the split (default: the section's)")
+    cases_p.add_argument("--holdout", type=float, help="share held out (default: the section's)")
+    cases_p.add_argument("--measure", type=float, help="share kept for the measured fill (default: the section's)")
+    cases_p.add_argument("--out", help="write here instead of the section's file")
+    cases_p.add_argument("--check", action="store_true", help="exit 1 if the file differs from the draw; write nothing")
+    cases_p.set_defaults(func=_cmd_cases)
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
