@@ -85,12 +85,12 @@ def mend_journal(path: Path) -> bool:
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
                 hashes: dict[str, str], date: str, flush: str = "read") -> Callable[[str, dict[str, Any]], None]:
-    """A sink that appends each trial, winner and cross-check to the tuning records as it happens;
+    """A sink that appends each trial, winner, cross-check and fill measure to the tuning records as it happens;
     ``flush`` names the timing protocol's flush (``records.FLUSHES``)."""
     from . import records
 
     classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
-               "cross_check": records.CheckRecord}
+               "cross_check": records.CheckRecord, "measure": records.MeasureRecord}
 
     def sink(kind: str, fields_: dict[str, Any]) -> None:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,

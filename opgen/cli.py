@@ -128,9 +128,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return 0
     if args.devices:  # one shard of the buckets per device, then the cross-check on the first
         devices = _check_devices(args)
-        search = _options(args, devices=None, cross_check=False, cross_check_all=False)
+        search = _options(args, devices=None, cross_check=False, cross_check_all=False, measure_fill=False)
         codes = run_shards([search] * len(devices), devices)
-        if (args.cross_check or args.cross_check_all) and not any(codes):
+        if (args.cross_check or args.cross_check_all or args.measure_fill) and not any(codes):
             codes += run_shards([_options(args, devices=None, trials=0)], devices[:1])
         if any(codes):
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
@@ -168,6 +168,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
         checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
         print(cross_report(spec, checks, args.cross_margin))
+    if args.measure_fill:
+        from .measure_fill import candidates, fill_report, run_name
+        from .table import fresh_winners
+
+        tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+        found = buckets(spec, rows)
+        run = run_name(date, candidates(spec, chip, tuned), found)
+        print(fill_report(spec, campaign.measure_fill(found, tuned, run)))
+        print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
     return 0
 
 
@@ -403,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--cross-check-all", action="store_true",
                         help="--cross-check, and every other bucket's winner re-measured on each bucket too")
     tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
+    tune_p.add_argument("--measure-fill", action="store_true",
+                        help="re-measure every tuned winner's point on each untuned bucket of --cases, side "
+                             "by side: the build fills each with the fastest (with --trials 0: measure only)")
     tune_p.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")
     tune_p.add_argument("--shard", help="K/N: tune only the K-th of N shares of the buckets (hosts sharing a storage)")

@@ -88,6 +88,9 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
                                "regs": w.budget.regs, "spills": w.budget.spills}}}
         if found.source is not None:
             out["filled_from"] = key_text(spec, found.source)
+            out["filled_by"] = "nearest" if found.measured is None else "measured"
+            if found.measured is not None:
+                out["measured"] = {"ms": found.measured.ms, "run": found.measured.run}
         check = next((c for c in table.checks.current if c.key == key), None)
         if check is not None:
             out["cross_check"] = {"loss": check.loss, "margin": check.margin}
