@@ -194,6 +194,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
+    if args.set:
+        rows = _with_values(spec, rows, args.set)
     if args.merge:
         generated = compare.generated_hash(root, spec.op)
         merged, toolchain = _merged(rows, [Path(f) for f in args.merge], generated)
@@ -228,6 +230,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
+
+
+def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
+    """``rows`` with the ``NAME=VALUE`` words of ``--set`` in each, the repeats left out."""
+    from .explain import parse_values
+
+    override = parse_values(spec, items, complete=False)
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        row = {**row, **override}
+        out.setdefault(tuple(sorted(row.items())), row)
+    return list(out.values())
 
 
 def _write_json(path: Path, args: argparse.Namespace, generated: str, toolchain: dict[str, str],
@@ -424,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
     bench_p.add_argument("--baseline", required=True, help="a baseline named in the spec (e.g. fla)")
     bench_p.add_argument("--cases", default="bench", help="case set of the spec")
+    bench_p.add_argument("--set", nargs="+", metavar="NAME=VALUE",
+                         help="values set in every case (e.g. use_exp2=true for a baseline that computes "
+                              "exp2 only); cases made equal by them run once")
     bench_p.add_argument("--backend", default="cuda", choices=("cuda", "npu"))
     bench_p.add_argument("--device", help="torch device (default: the backend's first)")
     bench_p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")

@@ -22,9 +22,9 @@ from .spec_values import value_kinds
 from .table import FrozenTable, frozen_rows
 
 
-def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
+def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[str, Any]:
     """``NAME=VALUE`` words as a case row: dims as ints, scalars by their declared type, ``dtype``
-    as a dtype name, ``<tensor>_given`` as a bool.
+    as a dtype name, ``<tensor>_given`` as a bool; with ``complete``, every dim must be given.
 
     Raises:
         UsageError: naming a word that is not ``NAME=VALUE``, an unknown name or a value of the
@@ -38,7 +38,7 @@ def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
             raise UsageError(f"{item!r}: expected NAME=VALUE with NAME among {', '.join(sorted(kinds))}")
         row[name] = _value(name, kinds[name], text)
     missing = [d for d in spec.dim_symbols() if d not in row]
-    if missing:
+    if missing and complete:
         raise UsageError(f"give every dim of {spec.op}: missing {', '.join(missing)}")
     return row
 
