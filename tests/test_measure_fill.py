@@ -154,3 +154,16 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     assert explained["filled_by"] == "measured" and explained["config"] == best["point"]
     _opgen(root, "build")
     assert (root / "generated" / "toy_op" / "table_interpreter.py").read_text() == table
+
+
+def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_kernel(setup, gla, hashes):
+    from opgen.report import report
+
+    path, small, large, case, target = setup
+    _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.15)])
+    lines = report(gla, CHIP, path, hashes).splitlines()
+    assert lines[-2] == "Measured fills: 1 untuned buckets take the tuned point that ran fastest there"
+    assert lines[-1].startswith("dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], ")
+    assert f"nearest fill's point (from {large.key!r}) ran 50% slower beside post_general_tiled" in lines[-1]
+    _write(path, [small, large, _measure(target, case, large, 0.10), _measure(target, case, small, 0.15)])
+    assert report(gla, CHIP, path, hashes).splitlines()[-1].startswith("Measured fills: 1 ")  # the same point
