@@ -1,8 +1,9 @@
 """``opgen explain``: why one call's shape runs the kernel it runs on a chip, and what the frozen
 table promises for it: the dispatch key and the shapes its bucket stands for, the variant and
-config, whether the row was tuned there (its measured median, date and cross-check), filled from
-another tuned bucket, or the spec's default; the on-chip estimate against the chip's budget and
-the compiler's figure where a record holds one. From the spec and the records alone, no device.
+config, whether the row was tuned there (its measured median, date and cross-check), filled with
+the tuned point measured fastest there or from another tuned or measured bucket, or the spec's
+default; the on-chip estimate against the chip's budget and the compiler's figure where a record
+holds one. From the spec and the records alone, no device.
 Uses ``spec``, ``space``, ``keys``, ``table``, ``kernels``, ``records``.
 """
 from __future__ import annotations
@@ -88,7 +89,9 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
                                "regs": w.budget.regs, "spills": w.budget.spills}}}
         if found.source is not None:
             out["filled_from"] = key_text(spec, found.source)
-            out["filled_by"] = "nearest" if found.measured is None else "measured"
+            out["filled_by"] = "measured" if found.measured is not None else (
+                "nearest measured" if any(r.key == found.source and r.measured is not None for r in table.rows)
+                else "nearest")
             if found.measured is not None:
                 out["measured"] = {"ms": found.measured.ms, "run": found.measured.run}
         check = next((c for c in table.checks.current if c.key == key), None)
@@ -127,10 +130,14 @@ def text(result: Mapping[str, Any]) -> str:
         lines.append(f"  row     {result['why']}")
     else:
         w = result["winner"]
-        where = f"filled from the tuned bucket {result['filled_from']}" if result["row"] == "filled" \
-            else "tuned in this bucket"
+        where = {"measured": "measured fastest in this bucket; the winner of",
+                 "nearest measured": "filled from the measured bucket"}.get(result.get("filled_by"),
+                                                                            "filled from the tuned bucket")
+        where = f"{where} {result['filled_from']}" if result["row"] == "filled" else "tuned in this bucket"
         lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured {w['date']} "
                      f"({w['flush']}-flush timing)")
+        if "measured" in result:
+            lines.append(f"  measure {result['measured']['ms']:.4f} ms here (run {result['measured']['run']})")
         if "cross_check" in result:
             c = result["cross_check"]
             lines.append(f"  check   leave-one-out loss {c['loss']:.1%} (margin {c['margin']:.0%})")

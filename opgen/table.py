@@ -5,9 +5,9 @@ bucket's winner in force (the latest one that met the one before it, :func:`held
 kernel (content hash) and tunables still match (else it is a stale winner, reported in the
 table, never frozen), then fills each untuned bucket that the records measured the winners' points
 on with the fastest of them there (:func:`fill_measured`), and every other bucket of the dispatch
-key from the nearest tuned bucket whose point is legal and fits there; ``cross_checked`` finds which tuned rows have a
-current leave-one-out check in the records. Read by ``opgen build`` (``freeze``) and the tuner's
-cross-check.
+key from the nearest tuned or measured bucket whose point is legal and fits there;
+``cross_checked`` finds which tuned rows have a current leave-one-out check in the records. Read
+by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
@@ -208,8 +208,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
     measured = fill_measured(spec, chip, fresh, records.records) if fill else []
-    done = {r.key for r in measured}
-    filled = measured + [r for r in (fill_nearest(spec, chip, fresh) if fill else []) if r.key not in done]
+    filled = measured + (fill_nearest(spec, chip, {**fresh, **stand_ins(measured)}) if fill else [])
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
@@ -390,6 +389,13 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
             won = tuned[src]
             rows.append(Row(key, won.variant, {n: won.point[n] for n in tunables}, won, src, rec))
     return rows
+
+
+def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
+    """Measured rows as sources of the nearest fill, beside the tuned winners: each its winner's
+    record moved to the measured key and case, with the time measured there as its median."""
+    return {r.key: dataclasses.replace(r.winner, key=r.key, case=r.measured.case, median_ms=r.measured.ms)
+            for r in measured}
 
 
 def _plain_mismatch(bucketed: list[int], src: Key, target: Key) -> int:

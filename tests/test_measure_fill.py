@@ -64,8 +64,12 @@ def test_the_measured_winner_beats_the_nearest_bucket(setup, gla, hashes):
     assert (row.variant, row.source, row.measured.ms) == (small.variant, small.key, 0.10)
     assert row.comment.startswith("measured fastest here (0.1000 ms, run 2026-12-01/aaaa), from ")
     assert table.measured == 1 and table.filled == nearest.filled  # one row changed how, none added
-    assert {k: r for k, r in _filled(table).items() if k != target} == \
-        {k: r for k, r in _filled(nearest).items() if k != target}
+    # the measured bucket serves its neighbours as a tuned one would: one tasks bucket up, it is
+    # nearer than either winner (the nearest fill took the larger at equal distance before)
+    above = target[:6] + (target[6] + 1,)
+    assert _filled(nearest)[above].source == large.key
+    assert (_filled(table)[above].source, _filled(table)[above].variant) == (target, small.variant)
+    assert _filled(table)[above].measured is None and _filled(table)[above].winner.median_ms == 0.10
     assert tables.frozen_rows(gla, CHIP, path, hashes) == table
 
 
@@ -167,3 +171,18 @@ def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_ker
     assert f"nearest fill's point (from {large.key!r}) ran 50% slower beside post_general_tiled" in lines[-1]
     _write(path, [small, large, _measure(target, case, large, 0.10), _measure(target, case, small, 0.15)])
     assert report(gla, CHIP, path, hashes).splitlines()[-1].startswith("Measured fills: 1 ")  # the same point
+
+
+def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
+    from opgen import explain
+
+    path, small, large, case, target = setup
+    _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.20)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    here = explain.explain(tmp_path, gla, CHIP, case, table)
+    assert (here["filled_by"], here["measured"]["ms"], here["variant"]) == ("measured", 0.10, small.variant)
+    assert "  measure 0.1000 ms here (run 2026-12-01/aaaa)" in explain.text(here).splitlines()
+    above = explain.explain(tmp_path, gla, CHIP, {**case, "B": 8}, table)  # one tasks bucket up
+    assert above["filled_by"] == "nearest measured" and "filled from the measured bucket" in explain.text(above)
+    far = explain.explain(tmp_path, gla, CHIP, {**case, "K": 32}, table)
+    assert far["filled_by"] == "nearest"
