@@ -178,3 +178,17 @@ def test_bench_set_forces_a_value_in_every_case_and_runs_repeats_once(gla):
     assert twice == forced
     with pytest.raises(UsageError, match="expected NAME=VALUE"):
         _with_values(gla, rows, ["exp2=true"])
+
+
+def test_opgen_cases_checks_writes_and_refuses_an_op_without_sampling(tmp_path, capsys):
+    from opgen import cli
+
+    assert cli.main(["--root", str(ROOT), "cases", OP, "--check"]) == 0
+    assert cli.main(["--root", str(ROOT), "cases", OP, "--seed", "15", "--check"]) == 1
+    out = tmp_path / "other.yaml"
+    assert cli.main(["--root", str(ROOT), "cases", OP, "--seed", "15", "--sample", "10", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith(f"# Drawn by `opgen cases {OP} --sample 10 --seed 15` from the sampling section")
+    assert yaml.safe_load(text)["users_holdout"]  # parts as case lists
+    assert cli.main(["--root", str(ROOT), "cases", "mamba3_mimo_bwd_fwd"]) == 2
+    assert "has no sampling section to draw cases from" in capsys.readouterr().err
