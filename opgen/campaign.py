@@ -119,7 +119,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     standing winner, the one the build freezes now (it competes for its bucket again)."""
     from .backends import get_backend
     from .errors import UnsupportedInput
-    from .table import fill_nearest, read_keyed, split_winners
+    from .table import filled_rows, read_keyed, split_winners
 
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
@@ -134,7 +134,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
     fresh = split_winners(spec, chip, records_path, found, hashes)[0]
-    for row in fill_nearest(spec, chip, fresh):  # an untuned bucket starts from its neighbour's winner
+    for row in filled_rows(spec, chip, fresh, found):  # an untuned bucket starts from the row filling it
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}

@@ -28,7 +28,7 @@ from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
-           "fill_measured", "leave_one_out_fill"]
+           "fill_measured", "filled_rows", "leave_one_out_fill"]
 
 
 class Row(NamedTuple):
@@ -207,8 +207,8 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
-    measured = fill_measured(spec, chip, fresh, records.records) if fill else []
-    filled = measured + (fill_nearest(spec, chip, {**fresh, **stand_ins(measured)}) if fill else [])
+    filled = filled_rows(spec, chip, fresh, records.records) if fill else []
+    measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
@@ -389,6 +389,14 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
             won = tuned[src]
             rows.append(Row(key, won.variant, {n: won.point[n] for n in tunables}, won, src, rec))
     return rows
+
+
+def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                records: Iterable[Record]) -> list[Row]:
+    """The rows the table fills: measured buckets (:func:`fill_measured`), then the nearest fill
+    from the tuned and measured buckets (:func:`fill_nearest`)."""
+    measured = fill_measured(spec, chip, tuned, records)
+    return measured + fill_nearest(spec, chip, {**tuned, **stand_ins(measured)})
 
 
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
