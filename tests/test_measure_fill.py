@@ -46,7 +46,16 @@ def test_a_measure_record_round_trips_and_refuses_what_is_malformed(setup):
     failed = dataclasses.replace(rec, ms=None)
     _write(path, [small, rec, failed])
     assert records.read(path, op=OP, chip="h200").records == (small, rec, failed)
+    with path.open("a") as f:
+        f.write(rec.line()[:40])  # a writer died mid-line
+    torn = records.read(path, op=OP, chip="h200")
+    assert (torn.records, torn.torn) == ((small, rec, failed), 1)
+    records.append(path, [rec])  # the next append cuts it
+    assert records.read(path, op=OP, chip="h200").records == (small, rec, failed, rec)
     data = json.loads(rec.line())
+    with pytest.raises(RecordError, match="given twice"):
+        path.write_text(rec.line()[:-1] + ',"ms":0.5}\n')
+        records.read(path, op=OP, chip="h200")
     with pytest.raises(RecordError, match="missing keys \\['run'\\]"):
         records.MeasureRecord.from_json({k: v for k, v in data.items() if k != "run"})
     with pytest.raises(RecordError, match="ms: expected a finite number"):
