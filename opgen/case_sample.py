@@ -4,7 +4,7 @@ the calls users make, not the bench list, split into a tune, a measure and a hol
 Seeded and pure: the same spec and seed give the same cases, and :func:`cases_text` the same
 bytes. Every case passes the spec's checks, its ``limit`` and every chip's defaults (what
 ``opgen build`` asks of a case set); every variant of the sampling's rendering is legal for at
-least ``cover`` of the drawn cases. Uses ``spec``, ``space``, ``case_checks``, ``hardware``.
+least ``cover`` of the drawn cases. Uses ``spec``, ``space``, ``case_checks``.
 """
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .case_checks import failing_check
-from .errors import ExprError, OpgenError, SpecError, UsageError
-from .hardware import PROFILES
-from .space import case_inputs, default_point, evaluate_params, is_legal, variants_for
+from .case_checks import case_problem as built_problem
+from .errors import ExprError, SpecError, UsageError
+from .space import case_inputs, evaluate_params, is_legal, variants_for
 from .spec import OpSpec, Sampling
 
 TRIES = 1000
@@ -71,28 +70,15 @@ def draw_case(sampling: Sampling, defaults: dict[str, Any], rng: random.Random) 
 
 
 def case_problem(spec: OpSpec, row: Case) -> str | None:
-    """Why a case cannot stand in a case set of the spec (a failed check, the sampling's limit,
-    a chip's default that breaks), or None."""
-    try:
-        params = evaluate_params(spec, case_inputs(spec, row))
-    except (SpecError, ExprError) as exc:
-        return f"its params do not evaluate: {exc}"
-    failed = failing_check(spec, params)
-    if failed is not None:
-        return f"it fails checks.{failed[0]} ({failed[1].rule.source})"
+    """Why a drawn case cannot stand in a case set of the spec (what ``opgen build`` refuses:
+    :func:`opgen.case_checks.case_problem`), or exceeds the sampling's limit; None if it can."""
     limit = spec.sampling.limit if spec.sampling is not None else None
     try:
-        if limit is not None and not limit.evaluate(params):
+        if limit is not None and not limit.evaluate(evaluate_params(spec, case_inputs(spec, row))):
             return f"it exceeds the sampling limit {limit.source}"
-    except ExprError as exc:
-        return f"the sampling limit does not evaluate: {exc}"
-    for chip in PROFILES.values():
-        if chip.backend in spec.dispatch.defaults:
-            try:
-                default_point(spec, chip, params)
-            except OpgenError as exc:
-                return f"the {chip.name} default fails: {exc}"
-    return None
+    except (SpecError, ExprError) as exc:
+        return f"its params or the sampling limit do not evaluate: {exc}"
+    return built_problem(spec, row)
 
 
 def _frozen(row: Case) -> tuple:
