@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .case_checks import case_problem as built_problem
 from .errors import ExprError, SpecError, UsageError
-from .space import case_inputs, evaluate_params, is_legal, variants_for
+from .space import Variant, case_inputs, evaluate_params, is_legal, variants_for
 from .spec import OpSpec, Sampling
 
 TRIES = 1000
@@ -82,6 +82,7 @@ def case_problem(spec: OpSpec, row: Case) -> str | None:
 
 
 def _frozen(row: Case) -> tuple:
+    """A case's identity, whatever the order of its keys."""
     return tuple(sorted(row.items()))
 
 
@@ -111,7 +112,8 @@ class _Drawer:
         return None
 
 
-def _legal(spec: OpSpec, variant, row: Case) -> bool:
+def _legal(spec: OpSpec, variant: Variant, row: Case) -> bool:
+    """Whether ``variant`` is legal for the case."""
     return is_legal(spec, variant, evaluate_params(spec, case_inputs(spec, row)))
 
 
