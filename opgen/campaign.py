@@ -85,12 +85,12 @@ def mend_journal(path: Path) -> bool:
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
                 hashes: dict[str, str], date: str, flush: str = "read") -> Callable[[str, dict[str, Any]], None]:
-    """A sink that appends each trial, winner and cross-check to the tuning records as it happens;
+    """A sink that appends each trial, winner, cross-check and fill measure to the tuning records as it happens;
     ``flush`` names the timing protocol's flush (``records.FLUSHES``)."""
     from . import records
 
     classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
-               "cross_check": records.CheckRecord}
+               "cross_check": records.CheckRecord, "measure": records.MeasureRecord}
 
     def sink(kind: str, fields_: dict[str, Any]) -> None:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,
@@ -119,7 +119,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     standing winner, the one the build freezes now (it competes for its bucket again)."""
     from .backends import get_backend
     from .errors import UnsupportedInput
-    from .table import fill_nearest, read_keyed, split_winners
+    from .table import filled_rows, read_keyed, split_winners
 
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
@@ -134,7 +134,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
     fresh = split_winners(spec, chip, records_path, found, hashes)[0]
-    for row in fill_nearest(spec, chip, fresh):  # an untuned bucket starts from its neighbour's winner
+    for row in filled_rows(spec, chip, fresh, found):  # an untuned bucket starts from the row filling it
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}

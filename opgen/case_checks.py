@@ -25,23 +25,33 @@ def check_cases(spec: OpSpec) -> int:
     count = 0
     for set_name in spec.cases:
         for i, row in enumerate(spec.expand_cases(set_name)):
-            where = f"{spec.path}: case {set_name}[{i}] {dict(row)}"
-            params = _params(spec, row, where)
-            failed = failing_check(spec, params)
-            if failed is not None:
-                j, check, error = failed
-                if error is not None:
-                    raise BuildError(f"{where}: checks.{j} cannot be evaluated: {error}")
-                raise BuildError(f"{where}: fails checks.{j} ({check.rule.source}): "
-                                 f"{check.message.format(**params)}")
-            for chip in _chips():
-                if chip.backend in spec.dispatch.defaults:
-                    try:
-                        default_point(spec, chip, params)
-                    except OpgenError as exc:
-                        raise BuildError(f"{where}: the {chip.name} default fails: {exc}") from None
+            problem = case_problem(spec, row)
+            if problem is not None:
+                raise BuildError(f"{spec.path}: case {set_name}[{i}] {dict(row)}: {problem}")
             count += 1
     return count
+
+
+def case_problem(spec: OpSpec, row: Mapping[str, Any]) -> str | None:
+    """Why a case row cannot stand in a case set of the spec (its params do not evaluate, it
+    fails a check, a chip's default choice breaks on it), or None."""
+    try:
+        params = evaluate_params(spec, case_inputs(spec, row))
+    except OpgenError as exc:
+        return f"its params do not evaluate: {exc}"
+    failed = failing_check(spec, params)
+    if failed is not None:
+        j, check, error = failed
+        if error is not None:
+            return f"checks.{j} cannot be evaluated: {error}"
+        return f"fails checks.{j} ({check.rule.source}): {check.message.format(**params)}"
+    for chip in _chips():
+        if chip.backend in spec.dispatch.defaults:
+            try:
+                default_point(spec, chip, params)
+            except OpgenError as exc:
+                return f"the {chip.name} default fails: {exc}"
+    return None
 
 
 def failing_check(spec: OpSpec, params: Mapping[str, Any]) -> tuple[int, Check, ExprError | None] | None:
@@ -72,9 +82,3 @@ def _chips() -> list[ChipProfile]:
             out.extend(dataclasses.replace(chip, cube_cores=n) for n in sorted(known.get(chip.backend, ())))
     return out
 
-
-def _params(spec: OpSpec, row: dict[str, Any], where: str) -> dict[str, Any]:
-    try:
-        return evaluate_params(spec, case_inputs(spec, row))
-    except OpgenError as exc:
-        raise BuildError(f"{where}: its params do not evaluate: {exc}") from None

@@ -1,6 +1,7 @@
 """The ``opgen`` command line: the only reader of argv and the environment.
 
-Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale) and
+Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale),
+``cases`` (draw the case sets of a spec's ``sampling`` section into their file),
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
 records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
@@ -127,9 +128,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return 0
     if args.devices:  # one shard of the buckets per device, then the cross-check on the first
         devices = _check_devices(args)
-        search = _options(args, devices=None, cross_check=False, cross_check_all=False)
+        search = _options(args, devices=None, cross_check=False, cross_check_all=False, measure_fill=False)
         codes = run_shards([search] * len(devices), devices)
-        if (args.cross_check or args.cross_check_all) and not any(codes):
+        if (args.cross_check or args.cross_check_all or args.measure_fill) and not any(codes):
             codes += run_shards([_options(args, devices=None, trials=0)], devices[:1])
         if any(codes):
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
@@ -167,6 +168,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
         checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
         print(cross_report(spec, checks, args.cross_margin))
+    if args.measure_fill:
+        from .measure_fill import candidates, fill_report, run_name
+        from .table import fresh_winners
+
+        tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+        found = buckets(spec, rows)
+        run = run_name(date, candidates(spec, chip, tuned), found)
+        print(fill_report(spec, campaign.measure_fill(found, tuned, run)))
+        print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
     return 0
 
 
@@ -184,6 +194,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
     rows = spec.expand_cases(args.cases)
+    if args.set:
+        rows = _with_values(spec, rows, args.set)
     if args.merge:
         generated = compare.generated_hash(root, spec.op)
         merged, toolchain = _merged(rows, [Path(f) for f in args.merge], generated)
@@ -218,6 +230,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
+
+
+def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
+    """``rows`` with the ``NAME=VALUE`` words of ``--set`` in each, the repeats left out."""
+    from .explain import parse_values
+
+    override = parse_values(spec, items, complete=False)
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        row = {**row, **override}
+        out.setdefault(tuple(sorted(row.items())), row)
+    return list(out.values())
 
 
 def _write_json(path: Path, args: argparse.Namespace, generated: str, toolchain: dict[str, str],
@@ -269,6 +293,32 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, 
 
     results, toolchain, _ = read_shards(rows, files, generated)
     return results, toolchain
+
+
+def _cmd_cases(args: argparse.Namespace) -> int:
+    from .case_sample import cases_text, sample_cases
+    from .spec import sampled_cases_path
+
+    root = _root(args)
+    spec = _op_spec(root, args.op)
+    sampled = sample_cases(spec, args.sample, args.seed, args.holdout, args.measure)
+    given = [f"--{k} {v}" for k, v in (("sample", args.sample), ("seed", args.seed), ("holdout", args.holdout),
+                                       ("measure", args.measure)) if v is not None]
+    text = cases_text(spec, sampled, " ".join(["opgen cases", spec.op, *given]))
+    path = Path(args.out) if args.out else sampled_cases_path(spec, root)
+    if args.check:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            print(f"{path} is not what the sampling section draws; run `opgen cases {spec.op}`", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    sizes = ", ".join(f"{name} {len(rows)}" for name, rows in sampled.parts.items())
+    print(f"wrote {path}: {sizes}")
+    if sampled.topped_up:
+        print(f"drawn further to cover variants {', '.join(sampled.topped_up)}")
+    return 0
 
 
 def _cmd_records(args: argparse.Namespace) -> int:
@@ -340,8 +390,17 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="render generated/ from specs, templates and records")
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
-    commands = {"build": _cmd_build, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
+    commands = {"build": _cmd_build, "cases": _cmd_cases, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
                 "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report}
+    cases_p = sub.add_parser("cases", help="draw the case sets of an op's sampling section into its file")
+    cases_p.add_argument("op", help="operator (specs/<op>.yaml)")
+    cases_p.add_argument("--sample", type=int, help="cases to draw (default: the section's count)")
+    cases_p.add_argument("--seed", type=int, help="seed of the draw and the split (default: the section's)")
+    cases_p.add_argument("--holdout", type=float, help="share held out (default: the section's)")
+    cases_p.add_argument("--measure", type=float, help="share kept for the measured fill (default: the section's)")
+    cases_p.add_argument("--out", help="write here instead of the section's file")
+    cases_p.add_argument("--check", action="store_true", help="exit 1 if the file differs from the draw; write nothing")
+    cases_p.set_defaults(func=_cmd_cases)
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -367,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--cross-check-all", action="store_true",
                         help="--cross-check, and every other bucket's winner re-measured on each bucket too")
     tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
+    tune_p.add_argument("--measure-fill", action="store_true",
+                        help="re-measure every tuned winner's point on each untuned bucket of --cases, side "
+                             "by side: the build fills each with the fastest (with --trials 0: measure only)")
     tune_p.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")
     tune_p.add_argument("--shard", help="K/N: tune only the K-th of N shares of the buckets (hosts sharing a storage)")
@@ -376,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
     bench_p.add_argument("--baseline", required=True, help="a baseline named in the spec (e.g. fla)")
     bench_p.add_argument("--cases", default="bench", help="case set of the spec")
+    bench_p.add_argument("--set", nargs="+", metavar="NAME=VALUE",
+                         help="values set in every case (e.g. use_exp2=true for a baseline that computes "
+                              "exp2 only); cases made equal by them run once")
     bench_p.add_argument("--backend", default="cuda", choices=("cuda", "npu"))
     bench_p.add_argument("--device", help="torch device (default: the backend's first)")
     bench_p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")

@@ -1,8 +1,9 @@
 """``opgen explain``: why one call's shape runs the kernel it runs on a chip, and what the frozen
 table promises for it: the dispatch key and the shapes its bucket stands for, the variant and
-config, whether the row was tuned there (its measured median, date and cross-check), filled from
-another tuned bucket, or the spec's default; the on-chip estimate against the chip's budget and
-the compiler's figure where a record holds one. From the spec and the records alone, no device.
+config, whether the row was tuned there (its measured median, date and cross-check), filled with
+the tuned point measured fastest there or from another tuned or measured bucket, or the spec's
+default; the on-chip estimate against the chip's budget and the compiler's figure where a record
+holds one. From the spec and the records alone, no device.
 Uses ``spec``, ``space``, ``keys``, ``table``, ``kernels``, ``records``.
 """
 from __future__ import annotations
@@ -22,9 +23,9 @@ from .spec_values import value_kinds
 from .table import FrozenTable, frozen_rows
 
 
-def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
+def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[str, Any]:
     """``NAME=VALUE`` words as a case row: dims as ints, scalars by their declared type, ``dtype``
-    as a dtype name, ``<tensor>_given`` as a bool.
+    as a dtype name, ``<tensor>_given`` as a bool; with ``complete``, every dim must be given.
 
     Raises:
         UsageError: naming a word that is not ``NAME=VALUE``, an unknown name or a value of the
@@ -38,7 +39,7 @@ def parse_values(spec: OpSpec, items: list[str]) -> dict[str, Any]:
             raise UsageError(f"{item!r}: expected NAME=VALUE with NAME among {', '.join(sorted(kinds))}")
         row[name] = _value(name, kinds[name], text)
     missing = [d for d in spec.dim_symbols() if d not in row]
-    if missing:
+    if missing and complete:
         raise UsageError(f"give every dim of {spec.op}: missing {', '.join(missing)}")
     return row
 
@@ -88,6 +89,11 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
                                "regs": w.budget.regs, "spills": w.budget.spills}}}
         if found.source is not None:
             out["filled_from"] = key_text(spec, found.source)
+            out["filled_by"] = "measured" if found.measured is not None else (
+                "nearest measured" if any(r.key == found.source and r.measured is not None for r in table.rows)
+                else "nearest")
+            if found.measured is not None:
+                out["measured"] = {"ms": found.measured.ms, "run": found.measured.run}
         check = next((c for c in table.checks.current if c.key == key), None)
         if check is not None:
             out["cross_check"] = {"loss": check.loss, "margin": check.margin}
@@ -124,10 +130,14 @@ def text(result: Mapping[str, Any]) -> str:
         lines.append(f"  row     {result['why']}")
     else:
         w = result["winner"]
-        where = f"filled from the tuned bucket {result['filled_from']}" if result["row"] == "filled" \
-            else "tuned in this bucket"
+        where = {"measured": "measured fastest in this bucket; the winner of",
+                 "nearest measured": "filled from the measured bucket"}.get(result.get("filled_by"),
+                                                                            "filled from the tuned bucket")
+        where = f"{where} {result['filled_from']}" if result["row"] == "filled" else "tuned in this bucket"
         lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured {w['date']} "
                      f"({w['flush']}-flush timing)")
+        if "measured" in result:
+            lines.append(f"  measure {result['measured']['ms']:.4f} ms here (run {result['measured']['run']})")
         if "cross_check" in result:
             c = result["cross_check"]
             lines.append(f"  check   leave-one-out loss {c['loss']:.1%} (margin {c['margin']:.0%})")

@@ -175,8 +175,10 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     budget_kind = found[0] if found else None
     shown = layout(spec, table)
     tuned = len(shown["tuned"])
+    how = (f": {table.measured} with the tuned point measured fastest there, the others"
+           if table.measured else "")
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
-               f"combinations filled from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
+               f"combinations filled{how} from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
                f"{len(table.stale)} stale records not frozen"
                + (", its torn last line skipped." if table.torn else "."))
     if table.torn and notes is not None:

@@ -1,5 +1,5 @@
-"""Tuning records: JSON lines of measured trials, decided winners and their cross-checks (frozen
-by ``opgen.table``).
+"""Tuning records: JSON lines of measured trials, decided winners, their cross-checks and the
+re-measures of the fill's candidates on untuned buckets (frozen by ``opgen.table``).
 
 One file per op and chip, ``records/<chip>/<op>.jsonl``, tracked in git and read by ``opgen build``.
 Each line is one record (schema version :data:`SCHEMA`, keys sorted, compact separators) carrying
@@ -260,9 +260,27 @@ class CheckRecord(_Record):
         return self.fill_ms / self.own_ms - 1.0
 
 
-Record = TrialRecord | WinnerRecord | CheckRecord
+@dataclass(frozen=True)
+class MeasureRecord(_Record):
+    """A candidate for an untuned bucket's fill (the common fields: a tuned winner's point, its
+    kernel, the bucket's key and first case) re-measured there side by side with the other
+    candidates of one run (``opgen tune --measure-fill``): the measured step of the table's fill.
+
+    ``ms`` is the geomean over the bucket's cases (None: the point failed there); ``source``
+    names the key whose winner the point is; ``run`` names the run, whose records alone compare.
+    """
+
+    ms: float | None
+    source: str
+    run: str
+
+    KIND: ClassVar[str] = "measure"
+    CONVERT: ClassVar[dict[str, Conv]] = dict(_COMMON, ms=_opt(_num), source=_str, run=_str)
+
+
+Record = TrialRecord | WinnerRecord | CheckRecord | MeasureRecord
 _CLASSES: dict[str, type[_Record]] = {
-    "trial": TrialRecord, "winner": WinnerRecord, "cross_check": CheckRecord}
+    "trial": TrialRecord, "winner": WinnerRecord, "cross_check": CheckRecord, "measure": MeasureRecord}
 
 
 def kernel_hash(text: str) -> str:

@@ -4,7 +4,9 @@ Per key: the winner the build freezes (or why it is stale), its median, the marg
 runner-up and its date; the trials measured there on the current kernels, by status; the loss of its
 current cross-check; a later winner that never met it (not frozen); another point that won the
 key earlier on the same kernel and ran faster in its own run, and another point that ran faster
-beside the winner in a cross-check (its search missed it). Then the table's cross-check verdict.
+beside the winner in a cross-check (its search missed it). Then the table's cross-check verdict
+and the measured fills, naming each untuned bucket where the nearest fill's point ran slower than
+the measured winner (a bucket edge that puts those shapes on a slower kernel).
 Reads the records only, no device.
 Uses ``records``, ``table``.
 """
@@ -16,9 +18,10 @@ from typing import Mapping
 
 from .hardware import ChipProfile
 from .keys import key_text, sort_key
-from .records import CheckRecord, TrialRecord, WinnerRecord, latest_winners
+from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, latest_winners
 from .spec import OpSpec
-from .table import checked_frozen_winner, cross_checked, read_keyed, split_winners
+from .space import point_id
+from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -85,7 +88,31 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     if other:
         lines.append(f"{other} trials measured a kernel since changed (not counted above)")
     lines.append(checks.line())
+    lines.extend(_measured_fills(spec, chip, found.records, fresh))
     return "\n".join(lines)
+
+
+def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...],
+                    fresh: Mapping[tuple, WinnerRecord]) -> list[str]:
+    """How many buckets the table fills from measurements, and where the nearest fill would have
+    run another point: its time beside the measured winner's in the same run."""
+    measured = fill_measured(spec, chip, fresh, records)
+    if not measured:
+        return []
+    nearest = {r.key: r for r in fill_nearest(spec, chip, fresh)}
+    times = {(r.key, r.run, point_id(r.variant, r.point)): r.ms for r in records if isinstance(r, MeasureRecord)}
+    lines = [f"Measured fills: {len(measured)} untuned buckets take the tuned point that ran fastest there"]
+    for row in measured:
+        near = nearest.get(row.key)
+        if near is None or point_id(near.variant, near.point) == point_id(row.variant, row.point):
+            continue
+        found = (row.key, row.measured.run, point_id(near.variant, near.point))
+        ms = times.get(found)
+        ran = ("was not measured" if found not in times else "failed" if ms is None
+               else f"ran {ms / row.measured.ms - 1:.0%} slower")
+        lines.append(f"{key_text(spec, row.key)}: the nearest fill's point (from {near.source!r}) {ran} beside "
+                     f"{row.variant} (from {row.source!r}): a bucket edge puts these shapes on a slower kernel")
+    return lines
 
 
 def _checks_frozen(rec: CheckRecord, fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]) -> bool:

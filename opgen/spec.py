@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema,
+                      model_validator)
 
 from .errors import ExprError, SpecError
 from .expr import Expr, parse
-from .spec_values import UniqueKeyLoader, check_values
+from .spec_values import UniqueKeyLoader, check_values, of_kind, value_kinds
 
 BACKENDS = ("cuda", "npu", "interpreter")
 """Backends a spec may name. ``interpreter`` runs the npu rendering on the CPU."""
@@ -180,6 +181,78 @@ class Api(_Model):
     template: str = "api.py.j2"
 
 
+class SampleValues(_Model):
+    """How a case input is drawn: uniformly from ``choices``, or log-uniformly from the integers
+    of ``log_range`` (both ends included)."""
+
+    choices: tuple[Scalar, ...] | None = Field(default=None, min_length=1)
+    log_range: tuple[int, int] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "SampleValues":
+        if (self.choices is None) == (self.log_range is None):
+            raise ValueError("exactly one of choices and log_range")
+        if self.log_range is not None and not 1 <= self.log_range[0] <= self.log_range[1]:
+            raise ValueError(f"log_range [low, high] with 1 <= low <= high, got {list(self.log_range)}")
+        return self
+
+
+class SampleTails(_Model):
+    """Sequences that are no multiple of the chunk: ``symbol`` is rounded to a multiple of
+    ``multiple_of`` in every drawn case, except in a ``share`` of them, where it falls strictly
+    between two multiples."""
+
+    symbol: Ident
+    multiple_of: Ident
+    share: float = Field(ge=0.0, le=1.0)
+
+
+class SamplePin(_Model):
+    """Values set in a ``share`` of the drawn cases (e.g. ``{H: 1}``), after the draw."""
+
+    share: float = Field(ge=0.0, le=1.0)
+    values: dict[Ident, Scalar] = Field(min_length=1)
+
+
+class Sampling(_Model):
+    """Case sets drawn from the supported space (``opgen cases``), written to ``file`` (relative
+    to the spec's folder) as ``<name>_tune``, ``<name>_measure`` and ``<name>_holdout``; the spec
+    reads them from there as case sets of its own.
+
+    ``count`` cases are drawn with ``seed``; a draw that fails the spec's checks, ``limit`` or a
+    chip's defaults, or repeats a case, is drawn again. Every variant of ``rendering`` is legal
+    for at least ``cover`` cases (more are drawn where the first draw misses one). ``holdout``
+    and ``measure`` are the shares split off the tune part; the ``include`` case sets join it.
+    """
+
+    name: Ident
+    file: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.yaml$")
+    count: int = Field(ge=1)
+    seed: int = 0
+    holdout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    measure: float = Field(default=0.0, ge=0.0, lt=1.0)
+    values: dict[Ident, SampleValues] = Field(min_length=1)
+    tails: SampleTails | None = None
+    pins: tuple[SamplePin, ...] = ()
+    limit: Formula | None = None
+    cover: int = Field(default=1, ge=0)
+    rendering: Literal["cuda", "npu"] = "cuda"
+    include: tuple[Ident, ...] = ()
+
+    @model_validator(mode="after")
+    def _shares(self) -> "Sampling":
+        if self.holdout + self.measure >= 1.0:
+            raise ValueError(f"holdout + measure below 1 (the tune part keeps the rest), got "
+                             f"{self.holdout} + {self.measure}")
+        if ".." in self.file.split("/"):
+            raise ValueError(f"a file under the spec's folder, got {self.file!r}")
+        return self
+
+    def part_names(self) -> tuple[str, str, str]:
+        """The case sets it writes: tune, measure and holdout parts."""
+        return f"{self.name}_tune", f"{self.name}_measure", f"{self.name}_holdout"
+
+
 class OpSpec(_Model):
     """A whole operator spec, validated. ``path`` is where it was loaded from."""
 
@@ -201,6 +274,7 @@ class OpSpec(_Model):
     baselines: dict[Ident, str] = {}
     traffic_bytes: Formula | None = None
     cases: dict[Ident, tuple[dict[Ident, Union[Scalar, tuple[Scalar, ...]]], ...]] = {}
+    sampling: Sampling | None = None
     path: str = ""
 
     # --- derived views -------------------------------------------------------------------
@@ -380,6 +454,50 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
                 if key not in inputs and key != "dtype":
                     raise SpecError(file, f"cases.{set_name}.{i}.{key}",
                                     "a dim symbol, a scalar or dtype", key)
+    if spec.sampling is not None:
+        _validate_sampling(spec, file, params)
+
+
+def _validate_sampling(spec: OpSpec, file: str, params: set[str]) -> None:
+    """The sampling section names inputs of the op, draws every dim, and values of their kinds."""
+    sampling, kinds = spec.sampling, value_kinds(spec)
+    inputs = set(spec.input_names()) | {"dtype"}
+
+    def check_value(at: str, name: str, value: Any) -> None:
+        if name not in inputs:
+            raise SpecError(file, at, "a dim symbol, a scalar or dtype", name)
+        kind = "bool" if name.endswith("_given") else kinds.get(name)
+        if kind is not None and not of_kind(kind, value, DTYPES):
+            raise SpecError(file, at, f"a {kind} value", value)
+
+    for name, values in sampling.values.items():
+        at = f"sampling.values.{name}"
+        if name not in inputs:
+            raise SpecError(file, at, "a dim symbol, a scalar or dtype", name)
+        if values.log_range is not None and kinds.get(name) != "int":
+            raise SpecError(file, f"{at}.log_range", "an int input (a dim or an int scalar)", name)
+        for i, value in enumerate(values.choices or values.log_range):
+            check_value(f"{at}." + (f"choices.{i}" if values.choices else f"log_range.{i}"), name, value)
+    required = {d for t in spec.signature.tensors.values() if not t.optional for d in t.dims} - set(spec.params)
+    missing = sorted(required - set(sampling.values))
+    if missing:
+        raise SpecError(file, "sampling.values", f"a way to draw every dim {sorted(required)}", missing)
+    for i, pin in enumerate(sampling.pins):
+        for name, value in pin.values.items():
+            check_value(f"sampling.pins.{i}.values.{name}", name, value)
+    tails = sampling.tails
+    if tails is not None:
+        drawn = sampling.values.get(tails.symbol)
+        if drawn is None or drawn.log_range is None:
+            raise SpecError(file, "sampling.tails.symbol", "an input drawn from a log_range", tails.symbol)
+        if kinds.get(tails.multiple_of) != "int":
+            raise SpecError(file, "sampling.tails.multiple_of", "an int input (a dim or an int scalar)",
+                            tails.multiple_of)
+    if sampling.limit is not None:
+        _check_names(file, "sampling.limit", sampling.limit, params)
+    for i, name in enumerate(sampling.include):
+        if name not in spec.cases or name in sampling.part_names():
+            raise SpecError(file, f"sampling.include.{i}", f"a case set of the spec {sorted(spec.cases)}", name)
 
 
 def forced_axes(target: str) -> dict[str, str] | None:
@@ -421,6 +539,7 @@ def load_spec(path: str | Path, root: str | Path | None = None) -> OpSpec:
         raise SpecError(shown, "<root>", "a mapping", type(data).__name__)
     if data.get("op") is not None and data["op"] != path.stem:
         raise SpecError(shown, "op", f"the file's stem {path.stem!r}", data["op"])
+    data = _with_sampled_cases(data, path, shown)
     try:
         spec = OpSpec.model_validate({**data, "path": shown})
     except ValidationError as exc:
@@ -428,6 +547,35 @@ def load_spec(path: str | Path, root: str | Path | None = None) -> OpSpec:
     _validate_semantics(spec, shown)
     check_values(spec, shown, DTYPES)
     return spec
+
+
+def sampled_cases_path(spec: OpSpec, root: str | Path | None = None) -> Path | None:
+    """The file the spec's sampling section writes its case sets to (None without one)."""
+    if spec.sampling is None:
+        return None
+    return (Path(root or Path.cwd()) / spec.path).parent / spec.sampling.file
+
+
+def _with_sampled_cases(data: dict[str, Any], path: Path, shown: str) -> dict[str, Any]:
+    """``data`` with the case sets of its sampling section's file (when it exists) among its cases."""
+    sampling = data.get("sampling")
+    if not isinstance(sampling, dict) or not isinstance(sampling.get("file"), str):
+        return data  # the schema names what is wrong
+    file = path.parent / sampling["file"]
+    if not file.is_file():
+        return data  # not drawn yet: `opgen cases <op>` writes it
+    where = f"{shown} sampling.file {sampling['file']}"
+    try:
+        sets = yaml.load(file.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
+        raise SpecError(where, "<root>", "a readable YAML file of case sets", str(exc).splitlines()[0]) from None
+    if not isinstance(sets, dict) or not all(isinstance(v, list) for v in sets.values()):
+        raise SpecError(where, "<root>", "a mapping of case set names to lists of cases", type(sets).__name__)
+    inline = data.get("cases") or {}
+    clash = sorted(set(sets) & set(inline)) if isinstance(inline, dict) else []
+    if clash:
+        raise SpecError(shown, "cases", f"no case set named like one of {sampling['file']}", clash)
+    return {**data, "cases": {**inline, **sets}} if isinstance(inline, dict) else data
 
 
 def load_specs(spec_dir: str | Path, root: str | Path | None = None) -> list[OpSpec]:

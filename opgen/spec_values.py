@@ -48,7 +48,7 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
     for name, arg in spec.signature.scalars.items():
         for i, value in enumerate((arg.default, *(arg.choices or ()))):
             at = f"signature.scalars.{name}." + ("default" if i == 0 else f"choices.{i - 1}")
-            if not _of_kind(arg.type, value, dtypes):
+            if not of_kind(arg.type, value, dtypes):
                 raise SpecError(file, at, f"a finite {arg.type} value", value)
     names = set(spec.input_names()) | set(spec.params)
     for i, check in enumerate(spec.checks):
@@ -59,7 +59,7 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
             for key, value in row.items():
                 kind = "bool" if key.endswith("_given") else kinds.get(key)
                 for v in (value if isinstance(value, tuple) else (value,)):
-                    if kind is not None and not _of_kind(kind, v, dtypes):
+                    if kind is not None and not of_kind(kind, v, dtypes):
                         raise SpecError(file, f"cases.{set_name}.{i}.{key}", f"a {kind} value", v)
 
 
@@ -71,7 +71,7 @@ def value_kinds(spec: Any) -> dict[str, str]:
     return kinds | {f"{t}_given": "bool" for t, a in spec.signature.tensors.items() if a.optional}
 
 
-def _of_kind(kind: str, value: Any, dtypes: Any) -> bool:
+def of_kind(kind: str, value: Any, dtypes: Any) -> bool:
     """Whether ``value`` is a value of a scalar kind: an int, a finite float, a bool, a dtype name."""
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)

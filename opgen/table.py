@@ -3,10 +3,11 @@
 ``frozen_rows`` keys the records by where the spec buckets their cases now, then takes each
 bucket's winner in force (the latest one that met the one before it, :func:`held_winners`) whose
 kernel (content hash) and tunables still match (else it is a stale winner, reported in the
-table, never frozen), then fills every other bucket of the dispatch key from the nearest tuned
-bucket whose point is legal and fits there; ``cross_checked`` finds which tuned rows have a
-current leave-one-out check in the records. Read by ``opgen build`` (``freeze``) and the tuner's
-cross-check.
+table, never frozen), then fills each untuned bucket that the records measured the winners' points
+on with the fastest of them there (:func:`fill_measured`), and every other bucket of the dispatch
+key from the nearest tuned or measured bucket whose point is legal and fits there;
+``cross_checked`` finds which tuned rows have a current leave-one-out check in the records. Read
+by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
@@ -20,30 +21,35 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
 from .keys import Key, key_of, sort_key, split_key_field
-from .records import CheckRecord, Record, RecordFile, TrialRecord, WinnerRecord, read
+from .records import CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, read
 from .space import (budget_bytes, case_inputs, find_variant, fixed_values, is_legal, parse_point_name,
                     point_id)
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
-           "leave_one_out_fill"]
+           "fill_measured", "filled_rows", "leave_one_out_fill"]
 
 
 class Row(NamedTuple):
     """One table row: the key, the chosen variant and its tunables in declaration order, the
-    winner record they come from, and the tuned key it was filled from (None: tuned here)."""
+    winner record they come from, the tuned key it was filled from (None: tuned here) and, for a
+    measured fill, the measure record that made the point the fastest there."""
 
     key: Key
     variant: str
     point: dict[str, Any]
     winner: WinnerRecord
     source: Key | None = None
+    measured: MeasureRecord | None = None
 
     @property
     def comment(self) -> str:
         """Where the row comes from and what its winner measured, for a person."""
-        return (f"from {self.source!r}, " if self.source is not None else "") + comment_of(self.winner)
+        how = "" if self.source is None else f"from {self.source!r}, "
+        if self.measured is not None:
+            how = f"measured fastest here ({self.measured.ms:.4f} ms, run {self.measured.run}), {how}"
+        return how + comment_of(self.winner)
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ class FrozenTable:
     filled: int
     torn: int
     checks: CrossChecked
+    measured: int = 0  # of the filled rows, those filled from measurements on their bucket
 
 
 def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
@@ -189,7 +196,8 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     spec's tunables changed. Stale winners are listed, never silently dropped.
 
     Args:
-        fill: also fill untuned bucket combinations from the nearest tuned rows (:func:`fill_nearest`).
+        fill: also fill untuned bucket combinations: from measurements on them where the records
+            hold some (:func:`fill_measured`), else from the nearest tuned rows (:func:`fill_nearest`).
 
     Raises:
         RecordError: a malformed or foreign record, or a fresh winner illegal for its own case.
@@ -199,12 +207,13 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
-    filled = fill_nearest(spec, chip, fresh) if fill else []
+    filled = filled_rows(spec, chip, fresh, records.records) if fill else []
+    measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks)
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured))
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
@@ -339,6 +348,67 @@ def stale(spec: OpSpec, chip: ChipProfile, path: Path,
           kernel_hashes: Mapping[str, str]) -> list[StaleWinner]:
     """The winners in force at ``path`` that :func:`frozen_rows` does not freeze, sorted by key."""
     return list(frozen_rows(spec, chip, path, kernel_hashes, fill=False).stale)
+
+
+# --- measured fill ---------------------------------------------------------------------------
+def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                  records: Iterable[Record]) -> list[Row]:
+    """Rows for untuned keys with measure records (``opgen tune --measure-fill``): the point that
+    ran fastest on the key in its latest run, among the points of ``tuned`` winners measured on
+    their current kernel that are legal and fit the measured case. Equal times go to the winner
+    nearest the key (the nearest fill's order); a key whose run holds no such point (its
+    winners replaced since, or every one failed there) is left to :func:`fill_nearest`."""
+    bucketed = [i for i, f in enumerate(spec.dispatch.key.values()) if split_key_field(f)[1]]
+    holders: dict[str, list[Key]] = {}
+    for key in sorted(tuned, key=sort_key):
+        holders.setdefault(point_id(tuned[key].variant, tuned[key].point), []).append(key)
+    by_key: dict[Key, list[MeasureRecord]] = {}
+    for rec in records:
+        if isinstance(rec, MeasureRecord) and rec.key not in tuned:
+            by_key.setdefault(rec.key, []).append(rec)
+    tunables = spec.tunables_for(chip.backend)
+    rows = []
+    for key in sorted(by_key, key=sort_key):
+        run = by_key[key][-1].run
+        latest = {point_id(r.variant, r.point): r for r in by_key[key] if r.run == run}
+        order = _nearest(bucketed, key)
+        ranked = []
+        for ident, rec in latest.items():
+            owners = [k for k in holders.get(ident, ()) if tuned[k].kernel_hash == rec.kernel_hash]
+            if rec.ms is None or not owners:
+                continue
+            src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
+            try:
+                params = _params(spec, rec.case, f"measured fill of {key}")
+            except RecordError:
+                continue  # a case the spec no longer evaluates
+            if fits_case(spec, chip, tuned[src], params):
+                ranked.append(((rec.ms, _plain_mismatch(bucketed, src, key), order(src)), src, rec))
+        if ranked:
+            _, src, rec = min(ranked, key=lambda t: t[0])
+            won = tuned[src]
+            rows.append(Row(key, won.variant, {n: won.point[n] for n in tunables}, won, src, rec))
+    return rows
+
+
+def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                records: Iterable[Record]) -> list[Row]:
+    """The rows the table fills: measured buckets (:func:`fill_measured`), then the nearest fill
+    from the tuned and measured buckets (:func:`fill_nearest`)."""
+    measured = fill_measured(spec, chip, tuned, records)
+    return measured + fill_nearest(spec, chip, {**tuned, **stand_ins(measured)})
+
+
+def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
+    """Measured rows as sources of the nearest fill, beside the tuned winners: each its winner's
+    record moved to the measured key and case, with the time measured there as its median."""
+    return {r.key: dataclasses.replace(r.winner, key=r.key, case=r.measured.case, median_ms=r.measured.ms)
+            for r in measured}
+
+
+def _plain_mismatch(bucketed: list[int], src: Key, target: Key) -> int:
+    """How many plain (unbucketed) key fields differ between two keys."""
+    return sum(1 for i, (a, b) in enumerate(zip(src, target)) if i not in bucketed and a != b)
 
 
 # --- nearest-bucket fill ---------------------------------------------------------------------

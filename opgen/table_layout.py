@@ -29,6 +29,7 @@ class Fill:
     plain: tuple[Any, ...]
     ranges: tuple[tuple[int, int], ...]
     config: str
+    measured: bool = False  # filled from measurements on these buckets, not from the nearest
 
 
 def config_names(rows: tuple[Row, ...]) -> dict[tuple[str, tuple], str]:
@@ -46,12 +47,12 @@ def config_names(rows: tuple[Row, ...]) -> dict[tuple[str, tuple], str]:
 def fill_ranges(spec: OpSpec, rows: tuple[Row, ...], names: dict[tuple[str, tuple], str]) -> list[Fill]:
     """The filled rows as ranges: from the first filled combination not yet covered (in key
     order), a box grown along each bucketed field while every combination it takes in is filled
-    with the same config or tuned (a tuned row wins over any range). No range takes in a
-    combination the table leaves to the spec's default."""
+    with the same config, filled the same way (measured or nearest), or tuned (a tuned row wins
+    over any range). No range takes in a combination the table leaves to the spec's default."""
     fields = list(spec.dispatch.key.values())
     bucketed = [i for i, f in enumerate(fields) if split_key_field(f)[1]]
     counts = [len(split_key_field(fields[i])[1]) + 1 for i in bucketed]
-    groups: dict[tuple, tuple[dict[tuple, str], set[tuple]]] = {}
+    groups: dict[tuple, tuple[dict[tuple, tuple[str, bool]], set[tuple]]] = {}
     for row in rows:
         plain = tuple(v for i, v in enumerate(row.key) if i not in bucketed)
         cells, tuned = groups.setdefault(plain, ({}, set()))
@@ -59,7 +60,7 @@ def fill_ranges(spec: OpSpec, rows: tuple[Row, ...], names: dict[tuple[str, tupl
         if row.source is None:
             tuned.add(index)
         else:
-            cells[index] = names[(row.variant, tuple(row.point.items()))]
+            cells[index] = names[(row.variant, tuple(row.point.items()))], row.measured is not None
     out = []
     for plain in sorted(groups, key=sort_key):
         cells, tuned = groups[plain]
@@ -67,15 +68,15 @@ def fill_ranges(spec: OpSpec, rows: tuple[Row, ...], names: dict[tuple[str, tupl
         for start in sorted(cells):
             if start in covered:
                 continue
-            name, lo, hi = cells[start], list(start), list(start)
+            cell, lo, hi = cells[start], list(start), list(start)
             for d in range(len(counts)):
                 while hi[d] + 1 < counts[d]:
                     slab = [range(lo[e], hi[e] + 1) if e != d else (hi[d] + 1,) for e in range(len(counts))]
-                    if not all(cells.get(c) == name or c in tuned for c in itertools.product(*slab)):
+                    if not all(cells.get(c) == cell or c in tuned for c in itertools.product(*slab)):
                         break
                     hi[d] += 1
             covered.update(itertools.product(*(range(a, b + 1) for a, b in zip(lo, hi))))
-            out.append(Fill(plain, tuple(zip(lo, hi)), name))
+            out.append(Fill(plain, tuple(zip(lo, hi)), *cell))
     return out
 
 
@@ -125,6 +126,8 @@ def layout(spec: OpSpec, table: FrozenTable) -> dict[str, Any]:
                 words.append(bucket_range(name, split_key_field(field)[1], *next(ranges)))
             else:
                 words.append(f"{name}={next(plain)}")
+        if fill.measured:
+            words.append("measured fastest here")
         fills.append((fill.plain, fill.ranges, fill.config, _pack(words, WIDTH - 6)))
     return dict(configs=configs, tuned=tuned, fills=fills, bucketed=bucketed)
 

@@ -5,7 +5,7 @@ The steps live in their own modules: planning (``plan``), sharding (``shard``), 
 table (``dry_run``), measuring and batch compiles (``measure``), the optuna loop (``search``),
 the side-by-side that picks a winner (``side_by_side``) and the cross-check (``cross_check``).
 :class:`Campaign` runs them in order over a campaign's studies, within its time budget, and
-hands every trial, winner and cross-check to its records sink. Studies live in optuna storage
+hands every trial, winner, cross-check and fill measure to its records sink. Studies live in optuna storage
 (a journal file by default, or an RDB URL shared by several hosts), so a killed campaign
 resumes where it stopped. Uses ``settings``, ``plan``, ``search``, ``measure``,
 ``side_by_side``, ``cross_check``, ``worker``, ``space``, ``bench``.
@@ -16,8 +16,10 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from . import bench, cross_check as cross_check_mod, measure as measure_mod, side_by_side as sbs
+from . import bench, cross_check as cross_check_mod, measure as measure_mod, measure_fill as measure_fill_mod
+from . import side_by_side as sbs
 from .cross_check import CrossCheck
+from .measure_fill import FillMeasure
 from .plan import Bucket, StudyPlan, buckets, plan, rival_plans
 from .search import Measured, completed, make_sampler, search, stored_points, timed_out_under
 from .settings import CampaignConfig, Settings
@@ -125,6 +127,15 @@ class Campaign:
         try:
             return cross_check_mod.cross_check(self.spec, self.profile, buckets_, tuned, margin, every,
                                                self.side_by_side, self.sink)
+        finally:
+            self.close()
+
+    def measure_fill(self, buckets_: list[Bucket], tuned: dict[tuple, Any], run: str) -> list[FillMeasure]:
+        """The measure step of the fill on the untuned buckets (:func:`opgen.measure_fill.measure_fill`);
+        the workers are closed again afterwards."""
+        try:
+            return measure_fill_mod.measure_fill(self.spec, self.profile, buckets_, tuned, run,
+                                                 self.side_by_side, self.sink)
         finally:
             self.close()
 

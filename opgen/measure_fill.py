@@ -1,0 +1,87 @@
+"""The measure step of the table's fill (``opgen tune --measure-fill``): every tuned winner's
+point, deduplicated, re-measured side by side on each untuned bucket of a case set where it is
+legal and within budget, as Helion's ahead-of-time "measure" step does; one ``measure`` record
+per point and bucket. The build then fills each such bucket with the point that ran fastest
+there (:func:`opgen.table.fill_measured`).
+
+Uses ``table``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .hardware import ChipProfile
+from .keys import Key, key_text, sort_key
+from .plan import Bucket
+from .space import Point
+from .spec import OpSpec
+
+
+@dataclass(frozen=True)
+class FillMeasure:
+    """One untuned bucket's candidates and their times (inf: failed there), fastest first."""
+
+    key: Key
+    times: tuple[tuple[str, Point, float], ...]  # (source, point, ms)
+
+    @property
+    def best(self) -> tuple[str, Point, float] | None:
+        """The fastest candidate that ran, or None."""
+        return self.times[0] if self.times and math.isfinite(self.times[0][2]) else None
+
+
+def candidates(spec: OpSpec, profile: ChipProfile, tuned: Mapping[Key, Any]) -> list[tuple[Key, Point]]:
+    """The distinct points of the tuned winners, each with the first key (in key order) it won."""
+    tunables = spec.tunables_for(profile.backend)
+    out: dict[Point, Key] = {}
+    for key in sorted(tuned, key=sort_key):
+        out.setdefault(Point.of(tuned[key].variant, tuned[key].point, tunables), key)
+    return [(key, point) for point, key in out.items()]
+
+
+def run_name(date: str, pool: list[tuple[Key, Point]], buckets_: list[Bucket]) -> str:
+    """A run's name: its date and a digest of its candidates and cases."""
+    text = json.dumps([[p.name() for _, p in pool], [b.cases for b in buckets_]], sort_keys=True, default=repr)
+    return f"{date}/{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tuned: Mapping[Key, Any],
+                 run: str, again: Callable[[list[Point], Bucket], dict[Point, float]],
+                 sink: Callable[[str, dict[str, Any]], None]) -> list[FillMeasure]:
+    """Re-measure (``again``: geomean over a bucket's cases of interleaved runs) every candidate
+    on each bucket of ``buckets_`` that no winner holds, where it is legal and fits every case
+    of the bucket; one ``measure`` record per point (``run``: :func:`run_name`)."""
+    from .table import fits_case
+
+    pool = candidates(spec, profile, tuned)
+    out = []
+    for bucket in buckets_:
+        if bucket.key in tuned:
+            continue
+        here = [(k, p) for k, p in pool if all(fits_case(spec, profile, tuned[k], params) for params in bucket.params)]
+        if not here:
+            continue
+        times = again([p for _, p in here], bucket)
+        for key, point in here:
+            sink("measure", dict(key=list(bucket.key), case=bucket.cases[0], variant=point.variant,
+                                 point=point.config, study=tuned[key].study,
+                                 ms=times[point] if math.isfinite(times[point]) else None,
+                                 source=f"winner of {key!r}", run=run))
+        ranked = sorted(((f"winner of {k!r}", p, times[p]) for k, p in here), key=lambda t: (t[2], t[0]))
+        out.append(FillMeasure(bucket.key, tuple(ranked)))
+    return out
+
+
+def fill_report(spec: OpSpec, results: list[FillMeasure]) -> str:
+    """Per measured bucket (named by the shapes it stands for): each candidate's time, fastest first."""
+    lines = [f"{'ms':>11}  candidate (the build fills each bucket with the fastest)"]
+    for r in results:
+        lines.append(f"{key_text(spec, r.key)}:")
+        lines.extend(f"  {ms:>9.4f}  {source}: {point.name()}" for source, point, ms in r.times)
+    if not results:
+        lines.append("no untuned bucket in the case set, or no tuned winner legal there")
+    return "\n".join(lines)

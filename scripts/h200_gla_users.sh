@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# chunk_gla_fwd_o_gk on the shapes users call (the spec's sampling section, specs/cases/): a search
+# on users_tune (with the bench cases) and its cross-check, the holdout part against FLA 0.6.0 with
+# the nearest fill, the tuned winners re-measured on the users_measure buckets, and the holdout
+# part against FLA again with the measured fill. Wheels in .whl/ (scripts/device_env.sh); keep
+# .tune/ between runs to resume. Records land in records/h200/ and OUT_DIR.
+# Usage: [DEVICES=cuda:0] bash scripts/h200_gla_users.sh OUT_DIR SECONDS TRIALS [VARIANTS]
+#   (VARIANTS: comma-separated, every legal variant by default)
+set -uo pipefail
+out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
+devices=${DEVICES:-cuda:0,cuda:1}
+source scripts/device_env.sh
+python3 -m opgen.cli build --check || exit 1
+python3 -m opgen.cli cases chunk_gla_fwd_o_gk --check || exit 1
+mkdir -p .tune "$out"
+tune=(python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --point-timeout 60 --compile-workers 8
+      --no-progress --devices "$devices" --storage .tune/h200-chunk_gla_fwd_o_gk.journal)
+bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step
+    python3 -m opgen.cli build > "$out/build_$1.log" 2>&1 || { tail "$out/build_$1.log"; exit 1; }
+    python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
+        --devices "$devices" --json "$out/bench_holdout_$1.json" --output "$out/bench_holdout_$1.txt" \
+        > "$out/bench_holdout_$1.log" 2>&1
+    tail -3 "$out/bench_holdout_$1.log"
+}
+"${tune[@]}" --cases users_tune --trials "$trials" --study-seconds $((trials + 10)) --campaign-seconds "$seconds" \
+    ${variants:+--variants "$variants"} --cross-check > "$out/tune.log" 2>&1
+grep -v "A new study created" "$out/tune.log" | tail -50
+bench nearest
+"${tune[@]}" --cases users_measure --trials 0 --measure-fill > "$out/measure_fill.log" 2>&1
+tail -50 "$out/measure_fill.log"
+bench measured
+cp records/h200/chunk_gla_fwd_o_gk.jsonl "$out/"

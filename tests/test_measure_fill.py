@@ -1,0 +1,197 @@
+"""The measured fill: measure records round-trip; an untuned bucket takes the tuned point that
+ran fastest there in its latest run, over the nearest bucket's; it falls back to the nearest
+fill when its measures are failed, stale or of points no winner holds; the frozen table marks
+measured fills; and ``opgen tune --measure-fill`` on the interpreter writes the records that
+``opgen build`` freezes, deterministically."""
+import dataclasses
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from opgen import records
+from opgen import table as tables
+from opgen.errors import RecordError
+from opgen.kernels import kernel_hashes
+from opgen.spec import load_spec
+from opgen.table_layout import layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_records import CHIP, OP, POINT, TOOLS, _filled, _path, _winner, _write, gla, hashes  # noqa: E402,F401
+from test_tune import RECORDS, _opgen, _project, _records  # noqa: E402
+
+
+def _measure(key, case, won, ms, run="2026-12-01/aaaa", kernel_hash=None):
+    return records.MeasureRecord(
+        op=OP, chip="h200", toolchain=TOOLS, kernel_hash=kernel_hash or won.kernel_hash, key=key, case=case,
+        variant=won.variant, point=dict(won.point), study=won.study, date="2026-12-01", ms=ms,
+        source=f"winner of {won.key!r}", run=run)
+
+
+@pytest.fixture()
+def setup(tmp_path, gla):
+    small = _winner(gla)  # K and V buckets 3
+    large = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, K=512, B=1)  # K 5
+    case = {**small.case, "K": 256}  # K bucket 4: as near to both, so the nearest fill takes the larger
+    target = tables.key_of(gla, tables._params(gla, case, "test"))
+    return _path(tmp_path), small, large, case, target
+
+
+def test_a_measure_record_round_trips_and_refuses_what_is_malformed(setup):
+    path, small, _, case, target = setup
+    rec = _measure(target, case, small, 0.1)
+    assert records.MeasureRecord.from_json(json.loads(rec.line())) == rec
+    failed = dataclasses.replace(rec, ms=None)
+    _write(path, [small, rec, failed])
+    assert records.read(path, op=OP, chip="h200").records == (small, rec, failed)
+    with path.open("a") as f:
+        f.write(rec.line()[:40])  # a writer died mid-line
+    torn = records.read(path, op=OP, chip="h200")
+    assert (torn.records, torn.torn) == ((small, rec, failed), 1)
+    records.append(path, [rec])  # the next append cuts it
+    assert records.read(path, op=OP, chip="h200").records == (small, rec, failed, rec)
+    data = json.loads(rec.line())
+    with pytest.raises(RecordError, match="given twice"):
+        path.write_text(rec.line()[:-1] + ',"ms":0.5}\n')
+        records.read(path, op=OP, chip="h200")
+    with pytest.raises(RecordError, match="missing keys \\['run'\\]"):
+        records.MeasureRecord.from_json({k: v for k, v in data.items() if k != "run"})
+    with pytest.raises(RecordError, match="ms: expected a finite number"):
+        records.MeasureRecord.from_json({**data, "ms": "fast"})
+
+
+def test_the_measured_winner_beats_the_nearest_bucket(setup, gla, hashes):
+    path, small, large, case, target = setup
+    _write(path, [small, large])
+    nearest = tables.frozen_rows(gla, CHIP, path, hashes)
+    assert _filled(nearest)[target].source == large.key and nearest.measured == 0
+    _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.20)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    row = _filled(table)[target]
+    assert (row.variant, row.source, row.measured.ms) == (small.variant, small.key, 0.10)
+    assert row.comment.startswith("measured fastest here (0.1000 ms, run 2026-12-01/aaaa), from ")
+    assert table.measured == 1 and table.filled == nearest.filled  # one row changed how, none added
+    # the measured bucket serves its neighbours as a tuned one would: one tasks bucket up, it is
+    # nearer than either winner (the nearest fill took the larger at equal distance before)
+    above = target[:6] + (target[6] + 1,)
+    assert _filled(nearest)[above].source == large.key
+    assert (_filled(table)[above].source, _filled(table)[above].variant) == (target, small.variant)
+    assert _filled(table)[above].measured is None and _filled(table)[above].winner.median_ms == 0.10
+    assert tables.frozen_rows(gla, CHIP, path, hashes) == table
+
+
+@pytest.mark.parametrize("measures, source", [
+    # only the latest run counts
+    (lambda t, c, s, l: [_measure(t, c, s, 0.1, run="a"), _measure(t, c, l, 0.2, run="a"),
+                         _measure(t, c, s, 0.3, run="b"), _measure(t, c, l, 0.2, run="b")], "large"),
+    # equal times: the nearest fill's order
+    (lambda t, c, s, l: [_measure(t, c, s, 0.2), _measure(t, c, l, 0.2)], "large"),
+    # a failed point is no candidate
+    (lambda t, c, s, l: [_measure(t, c, s, None), _measure(t, c, l, 0.3)], "large"),
+])
+def test_the_measured_fill_follows_the_latest_run_and_breaks_ties_by_nearness(setup, gla, hashes, measures, source):
+    path, small, large, case, target = setup
+    _write(path, [small, large, *measures(target, case, small, large)])
+    row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
+    assert row.measured is not None and row.source == {"small": small, "large": large}[source].key
+
+
+@pytest.mark.parametrize("measures", [
+    lambda t, c, s, l: [_measure(t, c, s, None)],  # every candidate failed
+    lambda t, c, s, l: [_measure(t, c, s, 0.1, kernel_hash="sha256:edited")],  # measured on another kernel
+    lambda t, c, s, l: [dataclasses.replace(_measure(t, c, s, 0.1), point={**s.point, "num_warps": 8})],  # no winner's
+])
+def test_without_a_current_measure_the_nearest_fill_serves(setup, gla, hashes, measures):
+    path, small, large, case, target = setup
+    _write(path, [small, large, *measures(target, case, small, large)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    row = _filled(table)[target]
+    assert (row.measured, row.source, table.measured) == (None, large.key, 0)
+
+
+def test_a_measure_on_a_tuned_bucket_changes_nothing(setup, gla, hashes):
+    path, small, large, _, _ = setup
+    _write(path, [small, large])
+    before = tables.frozen_rows(gla, CHIP, path, hashes)
+    _write(path, [small, large, _measure(small.key, small.case, large, 0.01)])
+    assert tables.frozen_rows(gla, CHIP, path, hashes).rows == before.rows
+
+
+def test_the_layout_marks_measured_fills_and_keeps_them_apart_from_nearest_ranges(setup, gla, hashes):
+    path, small, large, case, target = setup
+    _write(path, [small, large, _measure(target, case, large, 0.1), _measure(target, case, small, 0.2)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    assert _filled(table)[target].source == large.key  # the same point the nearest fill gives
+    fills = layout(gla, table)["fills"]
+    marked = [f for f in fills if "measured fastest here" in " ".join(f[3])]
+    assert len(marked) == 1
+    # the range takes in the measured bucket and tuned ones (a tuned row wins over any range),
+    # never a bucket the nearest fill serves with the same config
+    cells = set(itertools.product(*(range(a, b + 1) for a, b in marked[0][1])))
+    assert cells == {target[4:], large.key[4:]}
+    assert layout(gla, table) == layout(gla, tables.frozen_rows(gla, CHIP, path, hashes))
+
+
+def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(tmp_path):
+    root = _project(tmp_path)
+    spec = load_spec(root / "specs" / "toy_op.yaml", root)
+    kernels = kernel_hashes(root, spec, "npu")
+    winners = {}
+    for key, n, block in (((0,), 50, 16), ((1,), 3000, 32)):  # two tuned buckets, two distinct points
+        winners[key] = dict(op="toy_op", chip="interpreter", toolchain={"triton": "x"}, kernel_hash=kernels["good"],
+                            key=key, case={"N": n, "dtype": "float32"}, variant="good", point={"BLOCK": block},
+                            study=f"toy/{n}", date="2026-12-01", median_ms=0.1, remeasured_ms={}, margin=None,
+                            error={}, budget=None)
+    records.append(root / RECORDS, [records.WinnerRecord(**w) for w in winners.values()])
+    common = ("--warmup", "1", "--repeat", "2", "--no-progress", "--point-timeout", "30", "--date", "2026-12-01")
+    out = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
+                 "--measure-fill", *common).stdout
+    measures = [r for r in _records(root) if r["kind"] == "measure"]
+    points = {json.dumps(w["point"], sort_keys=True) for w in winners.values()}
+    assert {json.dumps(m["point"], sort_keys=True) for m in measures} == points  # each distinct winner once
+    assert len(measures) == len(points) and {tuple(m["key"]) for m in measures} == {(2,)}
+    assert len({m["run"] for m in measures}) == 1 and all(m["ms"] > 0 for m in measures)
+    assert "N > 4096:" in out
+    best = min(measures, key=lambda m: (m["ms"], m["source"]))
+    _opgen(root, "build")
+    table = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+    assert "1 with the tuned point measured fastest there" in " ".join(table.split())
+    fill = table[table.index("FILL = ("):]
+    assert "# N > 4096, measured fastest here" in fill
+    assert "((), ((2, 2),), 'good/" in fill
+    config = fill.split("((), ((2, 2),), '")[1].split("'")[0]
+    assert f"'{config}': ('good', {{\n        'BLOCK': {best['point']['BLOCK']}," in table
+    explained = json.loads(_opgen(root, "explain", "toy_op", "--chip", "interpreter", "N=5000", "--json").stdout)
+    assert explained["filled_by"] == "measured" and explained["config"] == best["point"]
+    _opgen(root, "build")
+    assert (root / "generated" / "toy_op" / "table_interpreter.py").read_text() == table
+
+
+def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_kernel(setup, gla, hashes):
+    from opgen.report import report
+
+    path, small, large, case, target = setup
+    _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.15)])
+    lines = report(gla, CHIP, path, hashes).splitlines()
+    assert lines[-2] == "Measured fills: 1 untuned buckets take the tuned point that ran fastest there"
+    assert lines[-1].startswith("dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], ")
+    assert f"nearest fill's point (from {large.key!r}) ran 50% slower beside post_general_tiled" in lines[-1]
+    _write(path, [small, large, _measure(target, case, large, 0.10), _measure(target, case, small, 0.15)])
+    assert report(gla, CHIP, path, hashes).splitlines()[-1].startswith("Measured fills: 1 ")  # the same point
+
+
+def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
+    from opgen import explain
+
+    path, small, large, case, target = setup
+    _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.20)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    here = explain.explain(tmp_path, gla, CHIP, case, table)
+    assert (here["filled_by"], here["measured"]["ms"], here["variant"]) == ("measured", 0.10, small.variant)
+    assert "  measure 0.1000 ms here (run 2026-12-01/aaaa)" in explain.text(here).splitlines()
+    above = explain.explain(tmp_path, gla, CHIP, {**case, "B": 8}, table)  # one tasks bucket up
+    assert above["filled_by"] == "nearest measured" and "filled from the measured bucket" in explain.text(above)
+    far = explain.explain(tmp_path, gla, CHIP, {**case, "K": 32}, table)
+    assert far["filled_by"] == "nearest"
