@@ -93,9 +93,20 @@ class SpaceCount:
     reasons: tuple[tuple[str, int], ...]
 
 
+# all_variants per spec's variants section (frozen), kept with the section so its id is not reused
+_VARIANTS: dict[int, tuple[Any, tuple[Variant, ...]]] = {}
+
+
 def all_variants(spec: OpSpec) -> tuple[Variant, ...]:
     """Every combination of axis options not excluded by the spec, in declaration order, with
     the renderings it has."""
+    held = _VARIANTS.get(id(spec.variants))
+    if held is None or held[0] is not spec.variants:
+        held = _VARIANTS[id(spec.variants)] = (spec.variants, _all_variants(spec))
+    return held[1]
+
+
+def _all_variants(spec: OpSpec) -> tuple[Variant, ...]:
     axes = spec.variants.axes
     out = []
     for combo in itertools.product(*(list(opts) for opts in axes.values())):
