@@ -91,7 +91,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
         from .claims import Claims
         from .db_records import RecordTable
 
-        claims, table = Claims(storage), RecordTable(storage)
+        claims, table = Claims(storage, heartbeat), RecordTable(storage)
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date,
                        "write" if settings.protocol.dirty else "read", table.append if table else None)
     config = CampaignConfig(spec, chip, str(root), name, device, programs, toolchain, hashes, settings,

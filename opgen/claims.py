@@ -35,16 +35,22 @@ class Claims:
 
     Args:
         url: the storage's URL.
+        heartbeat: seconds between heartbeats: over TCP, the server probes this connection as
+            often and drops it (and the claims) after three unanswered probes, so the buckets of
+            a host that vanished without closing it (power, network) are taken over too.
         poll: seconds between two attempts while waiting for a claim.
     """
 
-    def __init__(self, url: str, poll: float = 0.5) -> None:
+    def __init__(self, url: str, heartbeat: int = 10, poll: float = 0.5) -> None:
         import sqlalchemy
         from sqlalchemy.pool import NullPool
 
         self.url, self.poll = url, poll
         self._engine = sqlalchemy.create_engine(url, poolclass=NullPool)
         self._conn = self._run(lambda: self._engine.connect())
+        for name in ("tcp_keepalives_idle", "tcp_keepalives_interval"):  # no effect on a local socket
+            self._sql(f"SET {name} = {int(heartbeat)}")
+        self._sql("SET tcp_keepalives_count = 3")
         self.started = self._sql("SELECT now()")[0][0]  # the server's clock, as the rows'
 
     def _run(self, fn: Any) -> Any:

@@ -102,13 +102,16 @@ def open_storage(where: str, shard: tuple[int, int] | None = None,
 
 
 def _rdb(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
-    """``make(*args, **kwargs)``, an unreachable database named as a StorageError."""
+    """``make(*args, **kwargs)``, an unreachable database or a missing driver named as a StorageError."""
     import sqlalchemy.exc
 
     try:
         return make(*args, **kwargs)
     except sqlalchemy.exc.OperationalError as exc:
         raise StorageError(f"cannot reach {shown(where)}: {first_line(exc)}") from None
+    except ImportError as exc:
+        hint = " (pip install 'psycopg[binary]')" if is_postgres(where) else ""
+        raise StorageError(f"{shown(where)} needs a database driver this Python lacks{hint}: {exc}") from None
 
 
 @contextlib.contextmanager
