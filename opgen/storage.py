@@ -43,7 +43,7 @@ def is_url(where: str) -> bool:
 
 def is_postgres(where: str) -> bool:
     """Whether ``where`` is a PostgreSQL URL (a storage several hosts may share)."""
-    return where.split("://", 1)[0].split("+", 1)[0] in ("postgresql", "postgres")
+    return where.split("://", 1)[0].split("+", 1)[0] == "postgresql"
 
 
 def shown(where: str) -> str:
@@ -109,6 +109,8 @@ def _rdb(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
         return make(*args, **kwargs)
     except sqlalchemy.exc.OperationalError as exc:
         raise StorageError(f"cannot reach {shown(where)}: {first_line(exc)}") from None
+    except sqlalchemy.exc.ArgumentError as exc:  # an unknown dialect, a malformed URL
+        raise StorageError(f"{shown(where)} is not a database URL SQLAlchemy can open: {exc}") from None
     except ImportError as exc:
         hint = " (pip install 'psycopg[binary]')" if is_postgres(where) else ""
         raise StorageError(f"{shown(where)} needs a database driver this Python lacks{hint}: {exc}") from None

@@ -272,3 +272,13 @@ def test_the_shares_of_one_split_tune_side_by_side_on_a_fresh_sqlite_file(tmp_pa
     records = read(root / RECORDS, op="toy_op", chip="interpreter").records
     assert _measured(records) == GOOD
     assert sorted(r.key for r in records if r.KIND == "winner") == [(0,), (1,)]
+
+
+def test_messages_show_a_storage_url_without_its_password():
+    from opgen.storage import is_postgres, shown
+
+    assert "secret" not in shown("postgresql://tuner:secret@db.example/opgen")
+    assert shown("postgresql://tuner:secret@db.example/opgen").startswith("postgresql://tuner:***@db.example")
+    assert shown(".tune/h200-op.journal") == ".tune/h200-op.journal"
+    assert is_postgres("postgresql+psycopg://db/x") and is_postgres("postgresql://db/x")
+    assert not is_postgres("sqlite:///x.db") and not is_postgres("x.journal")
