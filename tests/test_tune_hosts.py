@@ -132,6 +132,27 @@ def _kill_mid_trial(url: str, procs: list[subprocess.Popen]) -> tuple[subprocess
     pytest.fail("no process was seen measuring a trial")
 
 
+_OPEN = ("import sys, time; from pathlib import Path; import optuna; from opgen.storage import open_storage\n"
+         "while not Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+         "optuna.create_study(study_name='s', storage=open_storage(sys.argv[1]), load_if_exists=True)")
+
+
+def test_processes_opening_a_fresh_database_together_create_its_schema_and_study_once(tmp_path, postgres_url):
+    """Optuna creating its schema twice (CREATE TYPE studydirection) failed hosts started together."""
+    import optuna
+
+    from opgen.storage import open_storage
+
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN, postgres_url, str(go)], env=_env(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(4)]
+    go.touch()  # all at once, each with optuna imported
+    for proc in procs:
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, out[-3000:]
+    assert optuna.study.get_all_study_names(open_storage(postgres_url)) == ["s"]
+
+
 def test_three_hosts_one_killed_mid_trial_measure_every_point_once(tmp_path, postgres_url):
     from optuna.trial import TrialState
 
