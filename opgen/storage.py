@@ -320,13 +320,9 @@ def _open_postgres(url: str, heartbeat: int) -> Any:
 
 
 def heartbeat_seconds(storage: Any) -> int | None:
-    """The storage's heartbeat interval (None: no heartbeat)."""
-    from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
-
-    backend = getattr(storage, "_backend", storage)  # a study wraps an RDB storage in a cache
-    if not isinstance(backend, BaseHeartbeat) or not is_heartbeat_enabled(backend):
-        return None
-    return backend.get_heartbeat_interval()
+    """The storage's heartbeat interval (None: no heartbeat, as on a journal)."""
+    interval = getattr(storage, "get_heartbeat_interval", None)
+    return interval() if interval is not None else None
 
 
 class Heartbeat:
