@@ -63,12 +63,17 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     records hand :meth:`Campaign.run`: the earlier winners of each bucket (enqueued first) and its
     standing winner, the one the build freezes now (it competes for its bucket again). On a
     PostgreSQL ``storage`` the campaign claims its buckets and writes its records to the database
-    (export them with :func:`opgen.db_records.export`); ``shard`` is this process's share."""
+    (:func:`opgen.db_records.export` appends them to ``records_path``, first here, so every host
+    starts from the same records); ``shard`` is this process's share."""
     from .backends import get_backend
     from .errors import UnsupportedInput
     from .table import fill_nearest, read_keyed, split_winners
 
     opened = open_storage(storage, shard, heartbeat)  # first: a storage in use refuses before the device
+    if is_postgres(storage):  # every host seeds its studies from the same records
+        from .db_records import export
+
+        export(storage, records_path, spec.op, chip.name)
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
     env = {"TRITON_INTERPRET": "1"} if name == "interpreter" else {}  # for the worker processes

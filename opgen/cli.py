@@ -177,6 +177,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         if args.cross_check or args.cross_check_all:
             from .table import fresh_winners
 
+            if shared:  # the winners of every host
+                _pull(storage, path, spec.op, chip.name)
             tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
             checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
             if shared:

@@ -2,14 +2,15 @@
 to the records file the build reads.
 
 The hosts sharing a campaign append every trial, winner and cross-check to one table,
-``opgen_records`` (a row per record line, with its op and chip; a serial id orders the rows as
-they were committed). So the records of a campaign are one sequence, in the order one host
-measuring the same points would have written them, and no host's file needs merging: what one
-host freezes from it is what any other would. :func:`export` appends to a records file the lines
-of the table it does not hold yet, in table order and under the file's lock: run on any host,
-any number of times, it loses nothing and adds nothing twice. A trial is in the table only once
-measured (a process killed mid-trial leaves nothing), and exactly once (the studies never
-measure a recorded point again). Uses ``records``, ``storage``.
+``opgen_records`` (a row per record line, with its op and chip; a serial id orders the rows,
+committed one writer at a time, so a reader never sees a row without those before it). So the
+records of a campaign are one sequence, in the order one host measuring the same points would
+have written them, and no host's file needs merging: what one host freezes from it is what any
+other would. :func:`export` appends to a records file the lines of the table it does not hold
+yet, in table order and under the file's lock: run on any host, any number of times, it loses
+nothing and adds nothing twice. A trial is in the table only once measured (a process killed
+mid-trial leaves nothing), and once (the studies never measure a recorded point again).
+Uses ``records``, ``storage``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any, Iterable
 
 from .errors import StorageError
 from .records import Record, append_missing, from_line
-from .storage import engine, first_line, shown
+from .storage import advisory_key, engine, first_line, shown
 
 TABLE = "opgen_records"
 
@@ -56,9 +57,13 @@ class RecordTable:
         import sqlalchemy
 
         rows = [{"op": r.op, "chip": r.chip, "line": r.line()} for r in records]
+
+        def insert(conn: Any) -> None:  # one writer at a time: ids are committed in their order, so
+            # a reader never sees a later row without the earlier ones
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(TABLE)})
+            conn.execute(sqlalchemy.text(f"INSERT INTO {TABLE} (op, chip, line) VALUES (:op, :chip, :line)"), rows)
         if rows:
-            self._run(lambda conn: conn.execute(sqlalchemy.text(
-                f"INSERT INTO {TABLE} (op, chip, line) VALUES (:op, :chip, :line)"), rows))
+            self._run(insert)
 
     def read(self, op: str, chip: str) -> list[Record]:
         """Every record of ``op`` on ``chip``, in the order they were committed."""
