@@ -58,7 +58,8 @@ def summary(spec: OpSpec, winners: list[dict[str, Any]]) -> str:
 def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | None, storage: str,
                   settings: Settings, records_path: Path, date: str, progress: bool = True,
                   shard: tuple[int, int] | None = None,
-                  heartbeat: int = HEARTBEAT_SECONDS) -> tuple[Campaign, dict[tuple, list[Point]], dict[tuple, Point]]:
+                  heartbeat: int = HEARTBEAT_SECONDS
+                  ) -> tuple[Campaign, dict[tuple, list[Point]], dict[tuple, Point]]:
     """A campaign on the chip's backend, refusing a device that is not that chip, plus what the
     records hand :meth:`Campaign.run`: the earlier winners of each bucket (enqueued first) and its
     standing winner, the one the build freezes now (it competes for its bucket again). On a

@@ -296,7 +296,8 @@ def _open_postgres(url: str, heartbeat: int) -> Any:
     schema = _rdb(url, engine, url)
     key = {"k": advisory_key("opgen schema")}
     try:
-        with schema.connect() as conn, warnings.catch_warnings():  # the first to come creates the tables, the others wait
+        # the first to come creates the tables, the others wait
+        with schema.connect() as conn, warnings.catch_warnings():
             conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), key)
             conn.commit()
             try:

@@ -15,7 +15,9 @@ bindir() {
     local found
     found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
     if [[ -x "$found/initdb" ]]; then echo "$found"; return; fi
-    if command -v pg_config >/dev/null && [[ -x "$(pg_config --bindir)/initdb" ]]; then pg_config --bindir; return; fi
+    if command -v pg_config >/dev/null && [[ -x "$(pg_config --bindir)/initdb" ]]; then
+        pg_config --bindir; return
+    fi
     die "no PostgreSQL server binaries (initdb, pg_ctl): install PostgreSQL 15 or set PG_BIN"
 }
 

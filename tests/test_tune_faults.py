@@ -137,10 +137,9 @@ def test_a_trial_recorded_by_a_run_that_died_before_marking_it_is_not_measured_a
     def run(on_trial):
         study = optuna.create_study(study_name="s", storage=open_storage(str(path)), load_if_exists=True)
         search(study, _points(), (), Settings(trials=4), time.monotonic() + 60,
-               lambda points: [measured.append(p.config["x"]) or Measured(p, [Result("ok", "", 1.0 + p.config["x"])])
-                               for p in points],
+               lambda points: [measured.append(p.config["x"])
+                               or Measured(p, [Result("ok", "", 1.0 + p.config["x"])]) for p in points],
                on_trial, lambda number: recorded.get(number, []))
-        return study
 
     with pytest.raises(SystemExit):
         run(record)
