@@ -19,29 +19,32 @@ from .space import Point
 from .spec import OpSpec
 from .settings import CampaignConfig, Settings
 from .storage import HEARTBEAT_SECONDS, is_postgres, mend_journal, open_storage
-from .tune import Campaign
+from .tune import Campaign, Sink
 
 __all__ = ["open_storage", "mend_journal", "record_sink", "summary", "open_campaign", "earlier_winners"]
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
                 hashes: dict[str, str], date: str, flush: str = "read",
-                write: Callable[[list[Record]], Any] | None = None) -> Callable[[str, dict[str, Any]], None]:
+                write: Callable[[list[Record]], Any] | None = None) -> Sink:
     """A sink that appends each trial, winner and cross-check to the tuning records as it happens
-    (to the file ``path``, or through ``write``); ``flush`` names the timing protocol's flush
-    (``records.FLUSHES``)."""
+    (to the file ``path``, or through ``write``), the records of one call in one write (a
+    trial's cases together); ``flush`` names the timing protocol's flush (``records.FLUSHES``)."""
     from . import records
 
     write = write or (lambda recs: records.append(path, recs))
     classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
                "cross_check": records.CheckRecord}
 
-    def sink(kind: str, fields_: dict[str, Any]) -> None:
+    def record(kind: str, fields_: dict[str, Any]) -> Record:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,
                       kernel_hash=hashes[fields_["variant"]], date=date, flush=flush)
         if kind == "cross_check":
             common["fill_kernel_hash"] = hashes[fields_["fill_variant"]]
-        write([classes[kind](**common, **fields_)])
+        return classes[kind](**common, **fields_)
+
+    def sink(kind: str, fields_: dict[str, Any] | list[dict[str, Any]]) -> None:
+        write([record(kind, f) for f in (fields_ if isinstance(fields_, list) else [fields_])])
     return sink
 
 

@@ -31,7 +31,10 @@ from .side_by_side import tie_break
 from .space import Point, Variant, forced_point
 from .worker import Result, Task, Worker
 
-__all__ = ["Campaign", "CampaignConfig", "Settings", "Bucket", "StudyPlan", "Measured", "CrossCheck",
+Sink = Callable[[str, Any], None]
+"""The records writer: (kind, the fields of one record, or a list of them written together)."""
+
+__all__ = ["Campaign", "Sink", "CampaignConfig", "Settings", "Bucket", "StudyPlan", "Measured", "CrossCheck",
            "buckets", "plan", "rival_plans", "shard_plans", "tie_break", "timed_out_under"]
 
 
@@ -41,7 +44,8 @@ class Campaign:
     Args:
         config: what the campaign runs on (op, chip, device, toolchain, kernels, settings).
         storage: an optuna storage object (journal file or RDB).
-        sink: called with (kind, fields) for each trial, winner and cross-check (the records writer).
+        sink: called with (kind, fields) for each winner and cross-check, and with (kind, [fields
+            of each case]) for each trial (the records writer).
         claims: the bucket claims of a storage shared by several processes (``opgen.claims.Claims``),
             or None when this process is the only one on its studies.
         table: the records table of such a storage (``opgen.db_records.RecordTable``), where a
@@ -51,7 +55,7 @@ class Campaign:
     claims: Any = None
     table: Any = None
 
-    def __init__(self, config: CampaignConfig, storage: Any, sink: Callable[[str, dict[str, Any]], None],
+    def __init__(self, config: CampaignConfig, storage: Any, sink: Sink,
                  claims: Any = None, table: Any = None) -> None:
         self.config = config
         self.spec, self.profile, self.settings = config.spec, config.profile, config.settings
@@ -125,12 +129,13 @@ class Campaign:
         return stored_points(self.storage, self.study_name(plan), plan.points)
 
     def _emit_trial(self, study: str, number: int, plan: StudyPlan, m: Measured) -> None:
-        for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results):
-            self.sink("trial", dict(
-                study=study, trial=number, key=list(plan.bucket.key), case=case,
-                variant=plan.variant.name, point=m.point.config, status=result.status,
-                reason=result.reason, median_ms=result.median_ms, times_ms=list(result.times_ms),
-                error=result.error, budget=self._budget(plan.variant, m.point, params, result)))
+        """One trial's records, a record per case, written together."""
+        self.sink("trial", [dict(
+            study=study, trial=number, key=list(plan.bucket.key), case=case,
+            variant=plan.variant.name, point=m.point.config, status=result.status,
+            reason=result.reason, median_ms=result.median_ms, times_ms=list(result.times_ms),
+            error=result.error, budget=self._budget(plan.variant, m.point, params, result))
+            for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results)])
 
     # --- winners ----------------------------------------------------------------------------
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
