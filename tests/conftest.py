@@ -53,17 +53,24 @@ class PostgresServer:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _admin(server_url: str, statement: str) -> None:
+    """Run ``statement`` outside a transaction on the server of ``server_url``."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text(statement))
+    finally:
+        engine.dispose()
+
+
 def fresh_database(server_url: str) -> str:
     """A new, empty database on the server of ``server_url``; its URL."""
     import sqlalchemy
 
     name = f"opgen_test_{uuid.uuid4().hex[:12]}"
-    engine = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
-    finally:
-        engine.dispose()
+    _admin(server_url, f"CREATE DATABASE {name}")
     return sqlalchemy.engine.make_url(server_url).set(database=name).render_as_string(hide_password=False)
 
 
@@ -84,8 +91,12 @@ def postgres_server():
 
 @pytest.fixture
 def postgres_url(postgres_server):
-    """A fresh database for one test."""
-    return fresh_database(postgres_server)
+    """A fresh database for one test, dropped after it."""
+    import sqlalchemy
+
+    url = fresh_database(postgres_server)
+    yield url
+    _admin(postgres_server, f"DROP DATABASE IF EXISTS {sqlalchemy.engine.make_url(url).database} WITH (FORCE)")
 
 
 @pytest.fixture
