@@ -1,20 +1,23 @@
 """Buckets claimed by the processes (hosts) sharing a campaign through a PostgreSQL storage: one
 process searches a bucket at a time, and the bucket of a process that died is taken over.
 
-A claim is a PostgreSQL advisory lock (``pg_try_advisory_lock``) held by a connection of its own,
-which the server drops the moment the process dies: no timeout to wait for. A row of ``opgen_claims`` says
-whether the last holder finished the bucket (``done``, and when) or was still at it
-(``running``). A process skips a bucket finished since it started (by a process of the same
-campaign); one that finds a bucket claimed comes back to it after its own buckets, waits for the
-claim, and searches the bucket only if its holder stopped before finishing; its studies then
-resume what the holder measured. A lost connection loses the claims with it, so it ends the campaign with a
-:class:`~opgen.errors.StorageError` (running the command again resumes it). Uses ``storage``.
+A claim is a PostgreSQL advisory lock (``pg_try_advisory_lock``) held by a connection of its
+own, which the server drops the moment the process dies: no timeout to wait for. A row of
+``opgen_claims`` says whether the last holder finished the bucket (``done``, and when) or was
+still at it (``running``, and where the records table stood then). A process skips a bucket
+finished since it started (by a process of the same campaign); one that finds a bucket claimed
+comes back to it after its own buckets, waits for the claim, and searches the bucket only if its
+holder stopped before finishing; its studies then resume what the holder measured. A holder that
+stopped between recording the bucket's winner and saying so finished it. A lost connection loses
+the claims with it, so it ends the campaign with a :class:`~opgen.errors.StorageError` (running
+the command again resumes it). Uses ``storage``, ``db_records``.
 """
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from .db_records import TABLE as RECORDS
 from .errors import StorageError
 from .storage import advisory_key, first_line, shown, worker_id
 
@@ -27,7 +30,7 @@ def create_table(conn: Any) -> None:
 
     conn.execute(sqlalchemy.text(
         f"CREATE TABLE IF NOT EXISTS {TABLE} (bucket TEXT PRIMARY KEY, state TEXT NOT NULL, "
-        "worker TEXT NOT NULL, since TIMESTAMPTZ NOT NULL DEFAULT now())"))
+        "worker TEXT NOT NULL, since TIMESTAMPTZ NOT NULL DEFAULT now(), records_from BIGINT NOT NULL DEFAULT 0)"))
 
 
 class Claims:
@@ -102,10 +105,21 @@ class Claims:
         return "finished" if since >= self.started else None
 
     def mark(self, bucket: str, state: str) -> None:
-        """Say that this process is at ``bucket`` (``running``) or finished it (``done``)."""
-        self._sql(f"INSERT INTO {TABLE} (bucket, state, worker) VALUES (:b, :s, :w) ON CONFLICT (bucket) "
-                  "DO UPDATE SET state = EXCLUDED.state, worker = EXCLUDED.worker, since = now()",
+        """Say that this process is at ``bucket`` (``running``: the records from now on are its)
+        or finished it (``done``)."""
+        self._sql(f"INSERT INTO {TABLE} (bucket, state, worker, records_from) VALUES (:b, :s, :w, "
+                  f"(SELECT coalesce(max(id), 0) FROM {RECORDS})) ON CONFLICT (bucket) DO UPDATE SET "
+                  "state = EXCLUDED.state, worker = EXCLUDED.worker, since = now(), records_from = CASE "
+                  f"WHEN EXCLUDED.state = 'running' THEN EXCLUDED.records_from ELSE {TABLE}.records_from END",
                   b=bucket, s=state, w=worker_id())
+
+    def decided(self, bucket: str, study: str) -> bool:
+        """Whether the last holder of ``bucket`` recorded a winner for it (the winner's ``study``)
+        after it claimed the bucket: it stopped between that record and saying so."""
+        return bool(self._sql(
+            f"SELECT 1 FROM {RECORDS} r JOIN {TABLE} c ON c.bucket = :b AND r.id > c.records_from "
+            "WHERE r.line::jsonb ->> 'kind' = 'winner' AND r.line::jsonb ->> 'study' = :s LIMIT 1",
+            b=bucket, s=study))
 
     def check(self) -> None:
         """Raise StorageError if the connection holding the claims was lost."""

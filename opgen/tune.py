@@ -216,17 +216,23 @@ class Campaign:
 
     def _claim(self, group: list[StudyPlan], wait: bool = False) -> bool:
         """Claim a bucket for this process: False when another process holds it (unless ``wait``)
-        or finished it since this process started."""
+        or finished it since this process started (or recorded its winner, then stopped)."""
         name = self.claim_name(group)
         if not self.claims.take(name, wait):
             return False
         left = self.claims.left(name)
+        where = key_text(self.spec, group[0].bucket.key)
+        if left == "stopped" and self.claims.decided(name, self.study_name(group[0])):
+            print(f"{where}: the process that claimed this bucket stopped after recording its winner",
+                  file=sys.stderr)
+            self.claims.mark(name, "done")
+            left = "finished"
         if left == "finished":
             self.claims.release(name)
             return False
         if left == "stopped":
-            print(f"{key_text(self.spec, group[0].bucket.key)}: the process that claimed this bucket stopped "
-                  "before finishing it; resuming its studies", file=sys.stderr)
+            print(f"{where}: the process that claimed this bucket stopped before finishing it; resuming "
+                  "its studies", file=sys.stderr)
         return True
 
     def _bucket(self, group: list[StudyPlan], rivals: Iterable[StudyPlan], held: Point | None,

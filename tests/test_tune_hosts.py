@@ -243,6 +243,40 @@ def test_a_server_restart_mid_campaign_stops_the_hosts_cleanly_and_loses_no_reco
     assert sorted(r.key for r in final if r.KIND == "winner") == [(0,), (1,)]
 
 
+def test_a_bucket_whose_holder_died_after_recording_its_winner_is_not_decided_again(postgres_url):
+    """A host that dies between its bucket's winner and saying it finished: the host that takes
+    the bucket over does not choose (and record) a second winner; one that died before it resumes."""
+    from types import SimpleNamespace
+
+    from opgen import tune
+    from opgen.claims import Claims
+    from opgen.db_records import RecordTable
+    from opgen.records import WinnerRecord
+    from opgen.spec import load_spec
+    from opgen.storage import open_storage
+
+    open_storage(postgres_url)  # the tables
+    table = RecordTable(postgres_url)
+    for bucket in ("decided", "undecided"):
+        holder = Claims(postgres_url)
+        assert holder.take(bucket)
+        holder.mark(bucket, "running")
+        table.append([WinnerRecord(op="toy_op", chip="interpreter", toolchain={}, kernel_hash="k", key=(0,),
+                                   case={"N": 50}, variant="good", point={"BLOCK": 16}, study=f"{bucket} study",
+                                   date="2026-11-30", median_ms=1.0, remeasured_ms={}, margin=None, error={},
+                                   budget=None)])
+        holder.close()  # dies before marking the bucket done
+    table.close()
+    campaign = tune.Campaign.__new__(tune.Campaign)
+    campaign.spec, campaign.claims = load_spec(TOY / "specs" / "toy_op.yaml", TOY), Claims(postgres_url)
+    group = [SimpleNamespace(bucket=SimpleNamespace(key=(0,)))]
+    for bucket, study, taken in (("decided", "decided study", False), ("undecided", "another study", True)):
+        campaign.claim_name = lambda group_: bucket
+        campaign.study_name = lambda plan: study
+        assert campaign._claim(group, wait=True) is taken
+        assert campaign.claims.left(bucket) == ("stopped" if taken else "finished")
+
+
 # --- a journal or SQLite file: one campaign at a time, or the shares of one split -------------
 _HOLD = ("import sys; from pathlib import Path; from opgen.storage import hold_campaign_lock; "
          "hold_campaign_lock(Path(sys.argv[1]), eval(sys.argv[2])); print('held', flush=True); sys.stdin.read()")
