@@ -99,7 +99,8 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     finished = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
     for trial in study.get_trials(deepcopy=False, states=finished):  # a queued retry copies attrs
         attrs = trial.user_attrs
-        if not attrs.get("measured") and trial.state == TrialState.FAIL and recorded is not None:
+        if (recorded is not None and trial.state == TrialState.FAIL and not attrs.get("measured")
+                and not attrs.get("duplicate")):  # a duplicate is never recorded
             results = recorded(trial.number)
             if results:  # recorded, then its process died: measured all the same
                 attrs = {**_attrs_of(Measured(Point("", ()), results)), "measured": True}
