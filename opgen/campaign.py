@@ -1,17 +1,16 @@
 """Setting up a tuning campaign from the command line, and reading its results.
 
-Storage (journal file or RDB URL), the records sink, the device and its core count, the earlier
-winners that seed each study, and the end-of-campaign summary. Uses ``tune``, ``settings``,
-``kernels``, ``records``, ``table``, ``backends``.
+Storage (journal file or RDB URL, opened by ``storage``), the records sink (the records file, or
+the database of a PostgreSQL storage, ``db_records``), the bucket claims of a shared storage
+(``claims``), the device and its core count, the earlier winners that seed each study, and the
+end-of-campaign summary. Uses ``tune``, ``settings``, ``kernels``, ``records``, ``table``,
+``backends``, ``storage``.
 """
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import OpgenError
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_text
@@ -19,85 +18,34 @@ from .records import Record
 from .space import Point
 from .spec import OpSpec
 from .settings import CampaignConfig, Settings
-from .tune import Campaign
+from .storage import HEARTBEAT_SECONDS, is_postgres, mend_journal, open_storage
+from .tune import Campaign, Sink
 
-
-def open_storage(where: str):
-    """An optuna storage: an RDB URL (``sqlite:///x.db``, ``postgresql://...``) or a journal file."""
-    import optuna
-
-    if "://" in where:
-        return optuna.storages.RDBStorage(where)
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-
-    Path(where).parent.mkdir(parents=True, exist_ok=True)
-    lock = JournalFileSymlinkLock(where)  # the lock optuna's writers take
-    lock.acquire()
-    try:
-        if mend_journal(Path(where)):
-            print(f"opgen tune: {where}: cut its torn last line (a run died writing it); the trial it "
-                  "belonged to is measured again", file=sys.stderr)
-    finally:
-        lock.release()
-    return optuna.storages.JournalStorage(JournalFileBackend(where, lock))
-
-
-def mend_journal(path: Path) -> bool:
-    """Check an optuna journal file before it is opened (under its lock): end it with a newline,
-    cutting a torn last line, as :func:`opgen.records.append` does for records. Optuna's reader
-    skips such a line, but its next append would join it and leave a malformed line for good.
-
-    Returns:
-        Whether a torn line was cut.
-
-    Raises:
-        OpgenError: a malformed line before the last, naming the file and what to do.
-    """
-    import json
-
-    if not path.exists():
-        return False
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # after the last newline: empty unless the last line is torn
-    for n, line in enumerate(lines, 1):
-        try:
-            json.loads(line)
-        except ValueError as exc:
-            raise OpgenError(f"{path}:{n}: not a journal line ({exc}); optuna cannot resume from it: move "
-                             "it aside to start the studies afresh (the records keep every measured trial)") from None
-    if not tail:
-        return False
-    with open(path, "r+b") as f:
-        try:
-            json.loads(tail)
-        except ValueError:
-            f.truncate(len(data) - len(tail))
-            cut = True
-        else:
-            f.seek(0, 2)
-            f.write(b"\n")
-            cut = False
-        f.flush()
-        os.fsync(f.fileno())
-    return cut
+__all__ = ["open_storage", "mend_journal", "record_sink", "summary", "open_campaign", "earlier_winners"]
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
-                hashes: dict[str, str], date: str, flush: str = "read") -> Callable[[str, dict[str, Any]], None]:
-    """A sink that appends each trial, winner, cross-check and fill measure to the tuning records as it happens;
-    ``flush`` names the timing protocol's flush (``records.FLUSHES``)."""
+                hashes: dict[str, str], date: str, flush: str = "read",
+                write: Callable[[list[Record]], Any] | None = None) -> Sink:
+    """A sink that appends each trial, winner, cross-check and fill measure to the tuning records
+    as it happens (to the file ``path``, or through ``write``), the records of one call in one
+    write (a trial's cases together); ``flush`` names the timing protocol's flush
+    (``records.FLUSHES``)."""
     from . import records
 
+    write = write or (lambda recs: records.append(path, recs))
     classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
                "cross_check": records.CheckRecord, "measure": records.MeasureRecord}
 
-    def sink(kind: str, fields_: dict[str, Any]) -> None:
+    def record(kind: str, fields_: dict[str, Any]) -> Record:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,
                       kernel_hash=hashes[fields_["variant"]], date=date, flush=flush)
         if kind == "cross_check":
             common["fill_kernel_hash"] = hashes[fields_["fill_variant"]]
-        records.append(path, [classes[kind](**common, **fields_)])
+        return classes[kind](**common, **fields_)
+
+    def sink(kind: str, fields_: dict[str, Any] | list[dict[str, Any]]) -> None:
+        write([record(kind, f) for f in (fields_ if isinstance(fields_, list) else [fields_])])
     return sink
 
 
@@ -112,15 +60,25 @@ def summary(spec: OpSpec, winners: list[dict[str, Any]]) -> str:
 
 
 def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | None, storage: str,
-                  settings: Settings, records_path: Path, date: str,
-                  progress: bool = True) -> tuple[Campaign, dict[tuple, list[Point]], dict[tuple, Point]]:
+                  settings: Settings, records_path: Path, date: str, progress: bool = True,
+                  shard: tuple[int, int] | None = None,
+                  heartbeat: int = HEARTBEAT_SECONDS
+                  ) -> tuple[Campaign, dict[tuple, list[Point]], dict[tuple, Point]]:
     """A campaign on the chip's backend, refusing a device that is not that chip, plus what the
     records hand :meth:`Campaign.run`: the earlier winners of each bucket (enqueued first) and its
-    standing winner, the one the build freezes now (it competes for its bucket again)."""
+    standing winner, the one the build freezes now (it competes for its bucket again). On a
+    PostgreSQL ``storage`` the campaign claims its buckets and writes its records to the database
+    (:func:`opgen.db_records.export` appends them to ``records_path``, first here, so every host
+    starts from the same records); ``shard`` is this process's share."""
     from .backends import get_backend
     from .errors import UnsupportedInput
     from .table import filled_rows, read_keyed, split_winners
 
+    opened = open_storage(storage, shard, heartbeat)  # first: a storage in use refuses before the device
+    if is_postgres(storage):  # every host seeds its studies from the same records
+        from .db_records import export
+
+        export(storage, records_path, spec.op, chip.name)
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
     env = {"TRITON_INTERPRET": "1"} if name == "interpreter" else {}  # for the worker processes
@@ -138,11 +96,17 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}
+    claims, table = None, None
+    if is_postgres(storage):
+        from .claims import Claims
+        from .db_records import RecordTable
+
+        claims, table = Claims(storage, heartbeat), RecordTable(storage)
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date,
-                       "write" if settings.protocol.dirty else "read")
+                       "write" if settings.protocol.dirty else "read", table.append if table else None)
     config = CampaignConfig(spec, chip, str(root), name, device, programs, toolchain, hashes, settings,
                             env, dict(spec.accuracy.max_rel_l2), progress)
-    campaign = Campaign(config, open_storage(storage), sink)
+    campaign = Campaign(config, opened, sink, claims, table)
     return campaign, earlier, standing
 
 

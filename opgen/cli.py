@@ -19,6 +19,8 @@ from pathlib import Path
 
 from .errors import OpgenError
 from .shard import FROM_STDIN
+from .settings import Settings
+from .storage import HEARTBEAT_SECONDS
 
 
 def _find_root(start: Path) -> Path:
@@ -114,6 +116,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .kernels import stale_kernels
     from .records import record_path
     from .shard import parse_shard, run_shards, shard_plans
+    from .storage import is_postgres, storage_errors
 
     root = _root(args)
     spec = _op_spec(root, args.op)
@@ -144,7 +147,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     settings = Settings(trials=args.trials, study_seconds=args.study_seconds,
                              campaign_seconds=args.campaign_seconds, seed=args.seed,
                              point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
-                             compile_workers=args.compile_workers,
+                             compile_workers=args.compile_workers, tie_margin=args.tie_margin,
                              protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
     import optuna
 
@@ -152,31 +155,50 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     stop_workers_on_signals()  # a tuner stopped by a signal takes its worker processes with it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    import warnings
+
+    # heartbeats are optuna's experimental feature, and meant by it for Study.optimize: this
+    # tuner asks and tells, and beats for its trials itself (opgen.storage.Heartbeat)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
     path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
-    campaign, earlier, standing = campaign_mod.open_campaign(root, spec, chip, args.device, storage, settings,
-                                                             path, date, progress=not args.no_progress)
-    # a narrower campaign: the other variants' stored points still compete
-    rivals = rival_plans(spec, chip, rows, plans, variants) if variants and args.trials > 0 else []
-    if args.trials > 0:
-        winners = campaign.run(plans, earlier, rivals, standing)
-        print(campaign_mod.summary(spec, winners))
-        print(f"records: {path}; run `opgen build` to freeze them")
-    if args.cross_check or args.cross_check_all:
-        from .table import fresh_winners
+    with storage_errors(storage):
+        campaign, earlier, standing = campaign_mod.open_campaign(
+            root, spec, chip, args.device, storage, settings, path, date, progress=not args.no_progress,
+            shard=parse_shard(args.shard) if args.shard else None, heartbeat=args.heartbeat)
+        # a narrower campaign: the other variants' stored points still compete
+        rivals = rival_plans(spec, chip, rows, plans, variants) if variants and args.trials > 0 else []
+        shared = is_postgres(storage)  # the records are in the database: exported to the file
+        if args.trials > 0:
+            winners = campaign.run(plans, earlier, rivals, standing)
+            print(campaign_mod.summary(spec, winners))
+            if shared:
+                _pull(storage, path, spec.op, chip.name)
+            print(f"records: {path}; run `opgen build` to freeze them")
+        if args.cross_check or args.cross_check_all:
+            from .table import fresh_winners
 
-        tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
-        checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
-        print(cross_report(spec, checks, args.cross_margin))
-    if args.measure_fill:
-        from .measure_fill import candidates, fill_report, run_name
-        from .table import fresh_winners
+            if shared:  # the winners of every host
+                _pull(storage, path, spec.op, chip.name)
+            tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+            checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
+            if shared:
+                _pull(storage, path, spec.op, chip.name)
+            print(cross_report(spec, checks, args.cross_margin))
+        if args.measure_fill:
+            from .measure_fill import candidates, fill_report, run_name
+            from .table import fresh_winners
 
-        tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
-        found = buckets(spec, rows)
-        run = run_name(date, candidates(spec, chip, tuned), found)
-        print(fill_report(spec, campaign.measure_fill(found, tuned, run)))
-        print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
+            if shared:  # the winners of every host
+                _pull(storage, path, spec.op, chip.name)
+            tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+            found = buckets(spec, rows)
+            run = run_name(date, candidates(spec, chip, tuned), found)
+            print(fill_report(spec, campaign.measure_fill(found, tuned, run)))
+            if shared:
+                _pull(storage, path, spec.op, chip.name)
+            print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
     return 0
 
 
@@ -331,8 +353,23 @@ def _cmd_records(args: argparse.Namespace) -> int:
     spec = _op_spec(root, args.op)
     chip = profile(args.chip)
     path = _records_file(args.records) if args.records else record_path(root, chip.name, spec.op)
+    if args.pull:
+        _pull(args.pull, path, spec.op, chip.name)
     print(report(spec, chip, path, kernel_hashes(root, spec, chip.rendering)))
     return 0
+
+
+def _pull(url: str, path: Path, op: str, chip: str) -> None:
+    """Append to the records file the records a PostgreSQL storage holds and it lacks."""
+    from .db_records import export
+    from .errors import UsageError
+    from .storage import is_postgres, shown
+
+    if not is_postgres(url):
+        raise UsageError(f"--pull takes the PostgreSQL URL a campaign kept its records in, got {shown(url)!r}")
+    held, added = export(url, path, op, chip)
+    print(f"records: {added} of the {held} records of {op} on {chip} in {shown(url)} appended to {path}",
+          file=sys.stderr)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -429,10 +466,16 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--measure-fill", action="store_true",
                         help="re-measure every tuned winner's point on each untuned bucket of --cases, side "
                              "by side: the build fills each with the fastest (with --trials 0: measure only)")
+    tune_p.add_argument("--tie-margin", type=float, default=Settings.tie_margin,
+                        help="relative gap under which two times of the side-by-side tie (then the smaller "
+                             "on-chip estimate wins, then the point's name)")
     tune_p.add_argument("--compile-workers", type=int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")
     tune_p.add_argument("--shard", help="K/N: tune only the K-th of N shares of the buckets (hosts sharing a storage)")
     tune_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the buckets each, in parallel")
+    tune_p.add_argument("--heartbeat", type=int, default=HEARTBEAT_SECONDS,
+                        help="PostgreSQL storage: seconds between heartbeats of a running trial; one that "
+                             "misses three is failed and measured again by another process")
     tune_p.set_defaults(func=_cmd_tune)
     bench_p = sub.add_parser("bench", help="time a generated op against a baseline, side by side")
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
@@ -458,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     records_p.add_argument("op")
     records_p.add_argument("--chip", required=True)
     records_p.add_argument("--records", help="record file (default: records/<chip>/<op>.jsonl)")
+    records_p.add_argument("--pull", metavar="URL",
+                           help="first append the records a PostgreSQL tuning storage holds and the file lacks")
     records_p.set_defaults(func=_cmd_records)
     explain_p = sub.add_parser("explain", help="what the frozen table runs for one call's shape, and why")
     explain_p.add_argument("op")

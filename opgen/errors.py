@@ -95,6 +95,13 @@ class UsageError(OpgenError):
     template = "usage: {detail}"
 
 
+class StorageError(OpgenError):
+    """A tuning storage that cannot be opened or used: in use by another campaign, unreachable,
+    or its connection lost mid-campaign."""
+
+    template = "tuning storage: {detail}"
+
+
 class WorkerError(OpgenError):
     """A measuring worker process that cannot start (its imports fail or hang)."""
 

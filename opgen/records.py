@@ -342,26 +342,44 @@ def read(path: Path, *, op: str, chip: str) -> RecordFile:
         if not raw.strip():
             continue  # a blank line (one left by an editor at the end) holds no record
         try:
-            obj = json.loads(raw, object_pairs_hook=_unique_keys)
-        except _DuplicateKey as exc:
-            raise RecordError(f"{where}: key {exc.args[0]!r} given twice in one record (JSON keeps "
-                              f"the last silently); fix or remove the line") from None
-        except ValueError as exc:
+            out.append(from_line(raw, where, op=op, chip=chip))
+        except NotJsonLine:
             if n == len(lines) and not data.endswith(b"\n"):
                 torn = 1  # a writer died mid-line: skipped, counted, cut by the next append
                 continue
-            raise RecordError(f"{where}: not a JSON line ({exc})") from None
-        if not isinstance(obj, dict):
-            raise RecordError(f"{where}: expected a JSON object, got {obj!r}")
-        found = {k: obj.get(k) for k in ("schema", "op", "chip")}
-        if found != {"schema": SCHEMA, "op": op, "chip": chip}:
-            raise RecordError(f"{where}: foreign record {found!r}; this file holds schema {SCHEMA}, "
-                              f"op {op!r}, chip {chip!r}")
-        cls = _CLASSES.get(obj.get("kind"))
-        if cls is None:
-            raise RecordError(f"{where}: kind: expected one of {list(_CLASSES)}, got {obj.get('kind')!r}")
-        out.append(cls.from_json(obj, where))
+            raise
     return RecordFile(path, tuple(out), torn)
+
+
+class NotJsonLine(RecordError):
+    """A records line that does not parse as JSON (a torn last line, where a file ends so)."""
+
+
+def from_line(raw: bytes | str, where: str, *, op: str, chip: str) -> Record:
+    """The record of one line.
+
+    Raises:
+        RecordError: ``where`` and the problem: a key given twice, not a JSON object, a foreign
+            record (another op, chip or schema version) or a malformed one; NotJsonLine for a
+            line that does not parse.
+    """
+    try:
+        obj = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise RecordError(f"{where}: key {exc.args[0]!r} given twice in one record (JSON keeps "
+                          f"the last silently); fix or remove the line") from None
+    except ValueError as exc:
+        raise NotJsonLine(f"{where}: not a JSON line ({exc})") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where}: expected a JSON object, got {obj!r}")
+    found = {k: obj.get(k) for k in ("schema", "op", "chip")}
+    if found != {"schema": SCHEMA, "op": op, "chip": chip}:
+        raise RecordError(f"{where}: foreign record {found!r}; this file holds schema {SCHEMA}, "
+                          f"op {op!r}, chip {chip!r}")
+    cls = _CLASSES.get(obj.get("kind"))
+    if cls is None:
+        raise RecordError(f"{where}: kind: expected one of {list(_CLASSES)}, got {obj.get('kind')!r}")
+    return cls.from_json(obj, where)
 
 
 def append(path: Path, records: Iterable[Record]) -> int:
@@ -393,6 +411,34 @@ def append(path: Path, records: Iterable[Record]) -> int:
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
     return dropped
+
+
+def append_missing(path: Path, records: Iterable[Record]) -> int:
+    """Append, in order, the records whose line the file does not hold yet, under the same lock
+    as :func:`append` (so exports from several places add each record once).
+
+    Returns:
+        How many records were appended.
+    """
+    records = list(records)
+    for rec in records:
+        if (rec.op, rec.chip) != (path.stem, path.parent.name):
+            raise RecordError(f"{path}: cannot append a record of op {rec.op!r}, chip {rec.chip!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            _mend_tail(f)
+            f.seek(0)
+            held = set(f.read().decode("utf-8").splitlines())
+            new = [line for line in dict.fromkeys(rec.line() for rec in records) if line not in held]
+            f.seek(0, os.SEEK_END)
+            f.write("".join(line + "\n" for line in new).encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return len(new)
 
 
 def _mend_tail(f: BinaryIO) -> int:

@@ -3,7 +3,7 @@
 Exhaustive search where the feasible space is small, seeded TPE otherwise; given points are
 enqueued first; a point is never measured twice in a study, and a study resumes what its storage
 holds. The only module that imports optuna's samplers and trial states (``tune`` opens studies,
-``campaign`` storages). Uses ``space``, ``worker``, ``settings``, ``bench``.
+``storage`` storages). Uses ``space``, ``worker``, ``settings``, ``bench``, ``storage``.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from .bench import geomean
 from .settings import Settings
 from .space import Point
+from .storage import Heartbeat, heartbeat_seconds, worker_id
 from .worker import Result
 
 
@@ -56,11 +57,14 @@ def completed(point: Point, template: Point) -> Point:
 
 def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], settings: Settings,
            deadline: float, measure: Callable[[list[Point]], list[Measured]],
-           on_trial: Callable[[int, Measured], None]) -> list[Measured]:
+           on_trial: Callable[[int, Measured], None],
+           recorded: Callable[[int], list[Result]] | None = None) -> list[Measured]:
     """The ask-and-tell loop of one study over a finite set of feasible points.
 
     Resumes what the study already holds (a trial left RUNNING by a killed run is failed and
-    measured again, unless it was measured and recorded before its tell; a point that timed out
+    measured again, unless it was measured and recorded before its tell; on a storage with
+    heartbeats, each running trial beats until its tell, and optuna fails a stale one and queues
+    it again, so the point's retry is measured first; a point that timed out
     under a shorter ``point_timeout`` than this run's, which may only have been slow, and one
     whose worker was killed from outside are enqueued again), enqueues ``enqueue`` first
     (and every point when the space is small), never measures a point twice, prunes suggestions outside the feasible set without
@@ -69,6 +73,10 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     ``measure`` may compile a batch in parallel before timing its points one by one. Each
     measured point goes to ``on_trial`` (the records) before the study stores it, so a run
     that ends between the two loses no measurement.
+
+    ``recorded`` gives the results the records hold for a trial number (none: not recorded):
+    a failed trial the records hold was measured by a process that died before marking it so,
+    and counts as measured.
 
     Returns:
         Every point measured in this study, earlier runs included.
@@ -79,23 +87,32 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     names, fixed = _fixed(points_)
     searched = {n: list(dict.fromkeys(p.config[n] for p in points_)) for n in names if n not in fixed}
     feasible = {p.values: p for p in points_}
+    beats = heartbeat_seconds(study._storage)
+    if beats is not None:  # trials of a process that died: failed by their heartbeat, queued again
+        _fail_stale(study, beats)
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         value = _value_of(trial.user_attrs)  # measured and recorded, the run ended before its tell
         study.tell(trial.number, value, state=None if value is not None else TrialState.FAIL)
     seen: dict[tuple, float | None] = {}
     measured: list[Measured] = []
     retry: dict[tuple, None] = {}  # in trial order
-    for trial in study.get_trials(deepcopy=False):
-        if trial.user_attrs.get("measured") and not trial.user_attrs.get("duplicate"):
+    finished = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+    for trial in study.get_trials(deepcopy=False, states=finished):  # a queued retry copies attrs
+        attrs = trial.user_attrs
+        if (recorded is not None and trial.state == TrialState.FAIL and not attrs.get("measured")
+                and not attrs.get("duplicate")):  # a duplicate is never recorded
+            results = recorded(trial.number)
+            if results:  # recorded, then its process died: measured all the same
+                attrs = {**_attrs_of(Measured(Point("", ()), results)), "measured": True}
+        if attrs.get("measured") and not attrs.get("duplicate"):
             values = _trial_values(trial, names, fixed)
-            if (timed_out_under(trial.user_attrs) < settings.point_timeout
-                    or "killed" in trial.user_attrs.get("status", ())):
+            if (timed_out_under(attrs) < settings.point_timeout or "killed" in attrs.get("status", ())):
                 retry[values] = None
                 continue
             retry.pop(values, None)
-            seen[values] = trial.value if trial.state == TrialState.COMPLETE else None
+            seen[values] = _value_of(attrs)  # a measured trial its heartbeat failed too
             if values in feasible:  # a point the spec no longer allows stays out of the results
-                measured.append(_measured_from_attrs(feasible[values], trial.user_attrs))
+                measured.append(_measured_from_attrs(feasible[values], attrs))
     queue = [feasible[v] for v in retry if v in feasible] + list(enqueue)
     if len(points_) <= settings.exhaustive_below:
         import random
@@ -109,9 +126,45 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
                                 skip_if_exists=point.values not in retry)
     distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
     grid = math.prod(len(v) for v in searched.values())
+    heart = Heartbeat(study._storage, beats) if beats is not None else None
+    try:
+        _loop(study, settings, deadline, measure, on_trial, names, fixed, feasible, distributions,
+              grid, seen, measured, heart)
+    finally:
+        if heart is not None:
+            heart.close()
+    return measured
+
+
+def _fail_stale(study: Any, beats: int) -> None:
+    """Wait until no trial of the study runs under a live heartbeat: optuna fails each whose
+    heartbeat is older than the grace period and queues it again (the storage's callback). The
+    caller holds the study's bucket, so a running trial belongs to a process that stopped;
+    after three grace periods, one that never beat is left to the caller."""
+    import optuna
+    from optuna.trial import TrialState
+
+    grace = getattr(getattr(study._storage, "_backend", study._storage), "grace_period", None) or 2 * beats
+    until = time.monotonic() + 3 * grace
+    while True:
+        optuna.storages.fail_stale_trials(study)
+        if not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) or time.monotonic() > until:
+            return
+        time.sleep(min(beats, 1.0))
+
+
+def _loop(study: Any, settings: Settings, deadline: float, measure: Callable[[list[Point]], list[Measured]],
+          on_trial: Callable[[int, Measured], None], names: list[str], fixed: dict[str, Any],
+          feasible: dict[tuple, Point], distributions: dict[str, Any], grid: int,
+          seen: dict[tuple, float | None], measured: list[Measured], heart: Heartbeat | None) -> None:
+    """Ask, measure and tell until the study's budget, its deadline or its space is spent
+    (:func:`search`); ``heart`` beats for each trial from its ask to its tell."""
+    from optuna.trial import TrialState
+
     asked: set[tuple] = set()
     count = len(measured)
     asks, max_asks = 0, 20 * settings.trials + grid
+    me = worker_id()
     while count < settings.trials and time.monotonic() < deadline:
         batch: list[tuple[Any, Point]] = []
         pending: set[tuple] = set()
@@ -119,16 +172,21 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
                and len(asked) < grid and len(seen) + len(pending) < len(feasible)):
             asks += 1
             trial = study.ask(distributions)
+            if heart is not None:
+                heart.add(trial._trial_id)
             values = _trial_values(trial, names, fixed)
             asked.add(values)
             if values not in feasible or values in pending:
                 study.tell(trial, state=TrialState.PRUNED)
+                _told(heart, trial)
                 continue
             if values in seen:
                 trial.set_user_attr("duplicate", True)
                 study.tell(trial, seen[values], state=None if seen[values] is not None else TrialState.FAIL)
+                _told(heart, trial)
                 continue
             pending.add(values)
+            trial.set_user_attr("worker", me)  # the host and process measuring it
             batch.append((trial, feasible[values]))
         if not batch:
             break
@@ -143,9 +201,15 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
             else:
                 study.tell(trial, state=TrialState.FAIL)
                 seen[point.values] = None
+            _told(heart, trial)
             measured.append(result)
             count += 1
-    return measured
+
+
+def _told(heart: Heartbeat | None, trial: Any) -> None:
+    """A told trial beats no more."""
+    if heart is not None:
+        heart.discard(trial._trial_id)
 
 
 def _value_of(attrs: dict[str, Any]) -> float | None:

@@ -7,11 +7,15 @@ the side-by-side that picks a winner (``side_by_side``) and the cross-check (``c
 :class:`Campaign` runs them in order over a campaign's studies, within its time budget, and
 hands every trial, winner, cross-check and fill measure to its records sink. Studies live in optuna storage
 (a journal file by default, or an RDB URL shared by several hosts), so a killed campaign
-resumes where it stopped. Uses ``settings``, ``plan``, ``search``, ``measure``,
-``side_by_side``, ``cross_check``, ``worker``, ``space``, ``bench``.
+resumes where it stopped. On a storage shared by hosts, each bucket is searched by the process
+that claims it (``claims``); a bucket claimed by another process is come back to after this
+process's own, and searched only if its holder stopped before finishing. Uses ``settings``,
+``plan``, ``search``, ``measure``, ``side_by_side``, ``cross_check``, ``worker``, ``space``,
+``bench``, ``storage``.
 """
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from typing import Any, Callable, Iterable, Mapping
@@ -20,6 +24,7 @@ from . import bench, cross_check as cross_check_mod, measure as measure_mod, mea
 from . import side_by_side as sbs
 from .cross_check import CrossCheck
 from .measure_fill import FillMeasure
+from .keys import key_text
 from .plan import Bucket, StudyPlan, buckets, plan, rival_plans
 from .search import Measured, completed, make_sampler, search, stored_points, timed_out_under
 from .settings import CampaignConfig, Settings
@@ -28,7 +33,10 @@ from .side_by_side import tie_break
 from .space import Point, Variant, forced_point
 from .worker import Result, Task, Worker
 
-__all__ = ["Campaign", "CampaignConfig", "Settings", "Bucket", "StudyPlan", "Measured", "CrossCheck",
+Sink = Callable[[str, Any], None]
+"""The records writer: (kind, the fields of one record, or a list of them written together)."""
+
+__all__ = ["Campaign", "Sink", "CampaignConfig", "Settings", "Bucket", "StudyPlan", "Measured", "CrossCheck",
            "buckets", "plan", "rival_plans", "shard_plans", "tie_break", "timed_out_under"]
 
 
@@ -38,18 +46,28 @@ class Campaign:
     Args:
         config: what the campaign runs on (op, chip, device, toolchain, kernels, settings).
         storage: an optuna storage object (journal file or RDB).
-        sink: called with (kind, fields) for each trial, winner and cross-check (the records writer).
+        sink: called with (kind, fields) for each winner and cross-check, and with (kind, [fields
+            of each case]) for each trial (the records writer).
+        claims: the bucket claims of a storage shared by several processes (``opgen.claims.Claims``),
+            or None when this process is the only one on its studies.
+        table: the records table of such a storage (``opgen.db_records.RecordTable``), where a
+            trial of a process that died may be recorded though its study never heard of it.
     """
 
-    def __init__(self, config: CampaignConfig, storage: Any, sink: Callable[[str, dict[str, Any]], None]) -> None:
+    claims: Any = None
+    table: Any = None
+
+    def __init__(self, config: CampaignConfig, storage: Any, sink: Sink,
+                 claims: Any = None, table: Any = None) -> None:
         self.config = config
         self.spec, self.profile, self.settings = config.spec, config.profile, config.settings
-        self.storage, self.sink = storage, sink
+        self.storage, self.sink, self.claims, self.table = storage, sink, claims, table
         self.worker = Worker(config.spec, config.root, config.worker_env)
         self.pool = [Worker(config.spec, config.root, config.worker_env)
                      for _ in range(config.settings.compile_workers)]
         self.progress = config.progress
         self.deadline = time.monotonic() + config.settings.campaign_seconds
+        self._left = 0  # studies with points still to run (their share of the time left)
 
     # --- one point --------------------------------------------------------------------------
     def _task(self, point: Point, case: dict[str, Any], timed: bool = True,
@@ -89,9 +107,19 @@ class Campaign:
                                     load_if_exists=True)
         seconds = self.settings.study_seconds if seconds is None else seconds
         deadline = min(self.deadline, time.monotonic() + seconds)
-        return search(study, plan.points, enqueue, self.settings, deadline,
-                      lambda points_: self.measure_batch(points_, plan.bucket),
-                      lambda number, m: self._emit_trial(name, number, plan, m))
+
+        def measure(points_: list[Point]) -> list[Measured]:
+            if self.claims is not None:  # still the bucket's holder: no other process measures these
+                self.claims.check()
+            return self.measure_batch(points_, plan.bucket)
+        return search(study, plan.points, enqueue, self.settings, deadline, measure,
+                      lambda number, m: self._emit_trial(name, number, plan, m),
+                      (lambda number: self.recorded(name, number)) if self.table is not None else None)
+
+    def recorded(self, study: str, number: int) -> list[Result]:
+        """The results the records table holds for a trial of ``study`` (none: not recorded)."""
+        found = self.table.trial(self.spec.op, self.profile.name, study, number)
+        return [Result(r.status, r.reason, r.median_ms, r.times_ms, dict(r.error)) for r in found]
 
     def study_name(self, plan: StudyPlan) -> str:
         """The study's identity (:meth:`StudyPlan.name`) on this campaign's toolchain and kernels."""
@@ -103,12 +131,13 @@ class Campaign:
         return stored_points(self.storage, self.study_name(plan), plan.points)
 
     def _emit_trial(self, study: str, number: int, plan: StudyPlan, m: Measured) -> None:
-        for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results):
-            self.sink("trial", dict(
-                study=study, trial=number, key=list(plan.bucket.key), case=case,
-                variant=plan.variant.name, point=m.point.config, status=result.status,
-                reason=result.reason, median_ms=result.median_ms, times_ms=list(result.times_ms),
-                error=result.error, budget=self._budget(plan.variant, m.point, params, result)))
+        """One trial's records, a record per case, written together."""
+        self.sink("trial", [dict(
+            study=study, trial=number, key=list(plan.bucket.key), case=case,
+            variant=plan.variant.name, point=m.point.config, status=result.status,
+            reason=result.reason, median_ms=result.median_ms, times_ms=list(result.times_ms),
+            error=result.error, budget=self._budget(plan.variant, m.point, params, result))
+            for case, params, result in zip(plan.bucket.cases, plan.bucket.params, m.results)])
 
     # --- winners ----------------------------------------------------------------------------
     def side_by_side(self, points_: list[Point], bucket: Bucket) -> dict[Point, float]:
@@ -152,7 +181,9 @@ class Campaign:
         does not search) compete for their buckets too, and so does the ``standing`` winner of a
         bucket (the row the table freezes now), measured again when no study of this run holds
         it (a trial record numbered -1 in its variant's study): a narrower, shorter or
-        journal-less campaign loses nothing it had. Buckets without a standing winner go first."""
+        journal-less campaign loses nothing it had. Buckets without a standing winner go first.
+        With claims, a bucket another process holds is skipped, then come back to at the end:
+        once its claim is free, it is searched (resumed) unless its holder finished it."""
         from tqdm import tqdm
 
         earlier, standing = earlier or {}, standing or {}
@@ -162,47 +193,24 @@ class Campaign:
         others: dict[tuple, list[StudyPlan]] = {}
         for p in rivals:
             others.setdefault(p.bucket.key, []).append(p)
-        winners = []
-        left = sum(1 for p in plans if p.points)
+        winners: list[dict[str, Any]] = []
+        self._left = sum(1 for p in plans if p.points)
         bar = tqdm(total=len(plans), desc=f"tune {self.spec.op} on {self.profile.name}",
                    unit="study", disable=not self.progress)
         try:
             # buckets with no frozen winner first: a campaign cut short spends its time where the
             # table knows least (in plan order within each group)
+            deferred = []
             for key, group in sorted(by_bucket.items(), key=lambda kv: kv[0] in standing):
-                by_variant: dict[str, list[Measured]] = {}
-                for p in group:
-                    if time.monotonic() >= self.deadline:  # no time to search: what it holds competes
-                        by_variant[p.variant.name] = self.stored(p)
-                        bar.update(1)
-                        continue
-                    enqueue = [x for x in (p.default,) if x is not None]
-                    if earlier.get(key):  # tunables added since: the defaults with this variant forced
-                        template = forced_point(self.spec, self.profile, p.variant, p.bucket.params[0])
-                        enqueue += [completed(b, template) for b in earlier[key]]
-                    seconds = self.settings.study_budget(self.deadline - time.monotonic(), left)
-                    by_variant[p.variant.name] = self.run_study(p, enqueue, seconds)
-                    left -= bool(p.points)
-                    bar.update(1)
-                    bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
-                for p in others.get(key, ()):
-                    by_variant.setdefault(p.variant.name, self.stored(p))
-                held = standing.get(key)
-                home = next((p for p in (*group, *others.get(key, ()))
-                             if held is not None and p.variant.name == held.variant), None)
-                if home is not None and not any(m.point == held for ms in by_variant.values() for m in ms):
-                    again = self.measure_batch([held], home.bucket)[0]
-                    self._emit_trial(self.study_name(home), -1, home, again)  # -1: outside the search
-                    if not again.ok:
-                        r = next(r for r in again.results if r.status != "ok")
-                        print(f"standing winner {held.name()} of {key} failed again: {r.status} {r.reason}",
-                              file=sys.stderr)
-                    by_variant[held.variant] = [*by_variant.get(held.variant, []), again]
-                winner = self.choose(group[0].bucket, by_variant, held)
-                if winner is not None:
-                    winner["study"] = self.study_name(group[0])
-                    self.sink("winner", winner)
-                    winners.append(winner)
+                if self.claims is not None and not self._claim(group):
+                    deferred.append((key, group))  # another process is at it, or finished it
+                    continue
+                winners += self._bucket(group, others.get(key, ()), standing.get(key), earlier.get(key), bar)
+            for key, group in deferred:  # once free: finished, or left by a process that stopped
+                if not self._claim(group, wait=True):
+                    bar.update(len(group))
+                    continue
+                winners += self._bucket(group, others.get(key, ()), standing.get(key), earlier.get(key), bar)
         except BaseException:  # interrupted: no worker outlives the campaign, none is waited for
             self.close(kill=True)
             raise
@@ -210,3 +218,73 @@ class Campaign:
             bar.close()
             self.close()
         return winners
+
+    def claim_name(self, group: list[StudyPlan]) -> str:
+        """A bucket's claim: a digest of its studies' names (the same in every process that runs
+        the same campaign)."""
+        names = "\n".join(sorted(self.study_name(p) for p in group))
+        return f"{self.spec.op}|{self.profile.name}|{hashlib.sha256(names.encode()).hexdigest()[:16]}"
+
+    def _claim(self, group: list[StudyPlan], wait: bool = False) -> bool:
+        """Claim a bucket for this process: False when another process holds it (unless ``wait``)
+        or finished it since this process started (or recorded its winner, then stopped)."""
+        name = self.claim_name(group)
+        if not self.claims.take(name, wait):
+            return False
+        left = self.claims.left(name)
+        where = key_text(self.spec, group[0].bucket.key)
+        if left == "stopped" and self.claims.decided(name, self.study_name(group[0])):
+            print(f"{where}: the process that claimed this bucket stopped after recording its winner",
+                  file=sys.stderr)
+            self.claims.mark(name, "done")
+            left = "finished"
+        if left == "finished":
+            self.claims.release(name)
+            return False
+        if left == "stopped":
+            print(f"{where}: the process that claimed this bucket stopped before finishing it; resuming "
+                  "its studies", file=sys.stderr)
+        return True
+
+    def _bucket(self, group: list[StudyPlan], rivals: Iterable[StudyPlan], held: Point | None,
+                earlier: list[Point] | None, bar: Any) -> list[dict[str, Any]]:
+        """Search one bucket's studies, then emit its winner (returned as a list of 0 or 1)."""
+        if self.claims is not None:
+            self.claims.mark(self.claim_name(group), "running")
+        by_variant: dict[str, list[Measured]] = {}
+        for p in group:
+            if time.monotonic() >= self.deadline:  # no time to search: what it holds competes
+                by_variant[p.variant.name] = self.stored(p)
+                bar.update(1)
+                continue
+            enqueue = [x for x in (p.default,) if x is not None]
+            if earlier:  # tunables added since: the defaults with this variant forced
+                template = forced_point(self.spec, self.profile, p.variant, p.bucket.params[0])
+                enqueue += [completed(b, template) for b in earlier]
+            seconds = self.settings.study_budget(self.deadline - time.monotonic(), self._left)
+            by_variant[p.variant.name] = self.run_study(p, enqueue, seconds)
+            self._left -= bool(p.points)
+            bar.update(1)
+            bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
+        rivals = list(rivals)
+        for p in rivals:
+            by_variant.setdefault(p.variant.name, self.stored(p))
+        home = next((p for p in (*group, *rivals) if held is not None and p.variant.name == held.variant), None)
+        if home is not None and not any(m.point == held for ms in by_variant.values() for m in ms):
+            again = self.measure_batch([held], home.bucket)[0]
+            self._emit_trial(self.study_name(home), -1, home, again)  # -1: outside the search
+            if not again.ok:
+                r = next(r for r in again.results if r.status != "ok")
+                print(f"standing winner {held.name()} of {group[0].bucket.key} failed again: {r.status} "
+                      f"{r.reason}", file=sys.stderr)
+            by_variant[held.variant] = [*by_variant.get(held.variant, []), again]
+        winner = self.choose(group[0].bucket, by_variant, held)
+        if self.claims is not None:
+            self.claims.check()  # still the holder: no other process decides this bucket
+        if winner is not None:
+            winner["study"] = self.study_name(group[0])
+            self.sink("winner", winner)
+        if self.claims is not None:
+            self.claims.mark(self.claim_name(group), "done")
+            self.claims.release(self.claim_name(group))
+        return [winner] if winner is not None else []

@@ -151,6 +151,22 @@ def test_append_then_read(tmp_path, gla):
     assert path.read_text().count("\n") == 3
 
 
+def test_append_missing_adds_in_order_only_what_the_file_lacks(tmp_path):
+    """What exporting a shared campaign's records does: any number of times, from any prefix."""
+    path = _path(tmp_path)
+    stored = [_trial(n) for n in range(4)]
+    records.append(path, stored[:1])
+    with open(path, "ab") as f:  # a torn line left by a writer that died
+        f.write(_trial(9).line().encode()[:40])
+    assert records.append_missing(path, stored[:2]) == 1
+    assert records.append_missing(path, stored) == 2
+    assert records.append_missing(path, stored) == 0
+    got = records.read(path, op=OP, chip="h200")
+    assert got.records == tuple(stored) and got.torn == 0
+    with pytest.raises(RecordError, match="cannot append"):
+        records.append_missing(path, [_trial(0, chip="h100")])
+
+
 def test_torn_last_line_is_skipped_counted_and_cut(tmp_path):
     path = _path(tmp_path)
     records.append(path, [_trial(0), _trial(1)])

@@ -117,6 +117,38 @@ def test_a_run_ending_at_a_tell_loses_no_measured_trial_and_measures_none_twice(
     assert values == pytest.approx([1.0, 2.0, 3.0, 4.0])  # the trial cut off before its tell, told from what it measured
 
 
+def test_a_trial_recorded_by_a_run_that_died_before_marking_it_is_not_measured_again(tmp_path):
+    """A shared campaign's records live in its database: a trial they hold counts as measured even
+    when its run died between the record and the study's own mark."""
+    import optuna
+
+    from opgen.search import Measured, search
+    from opgen.settings import Settings
+    from opgen.worker import Result
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path, measured, recorded = tmp_path / "j.journal", [], {}
+
+    def record(number, m):
+        recorded[number] = m.results
+        if len(recorded) == 2:
+            raise SystemExit(1)  # the run dies right after its second record
+
+    def run(on_trial):
+        study = optuna.create_study(study_name="s", storage=open_storage(str(path)), load_if_exists=True)
+        search(study, _points(), (), Settings(trials=4), time.monotonic() + 60,
+               lambda points: [measured.append(p.config["x"])
+                               or Measured(p, [Result("ok", "", 1.0 + p.config["x"])]) for p in points],
+               on_trial, lambda number: recorded.get(number, []))
+
+    with pytest.raises(SystemExit):
+        run(record)
+    assert len(measured) == 2
+    run(lambda number, m: recorded.setdefault(number, m.results))
+    assert sorted(measured) == [0, 1, 2, 3]  # the second point, recorded, was not measured again
+    assert len(recorded) == 4
+
+
 # --- a worker killed from outside ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
