@@ -2,7 +2,7 @@
 the official shapes, beside upstream's TileLang kernel, on one CUDA GPU.
 
     python3 scripts/mamba3_split_probe.py RESULTS.jsonl [--cases official official_z] [--workers 14]
-        [--variant splitscan_static_separate]
+        [--variant splitscan_static_separate] [--precisions tf32x3 bf16x3] [--row-tiles 0 1]
 
 Every point is compiled first in parallel processes (Triton caches to disk; a kernel does not
 depend on S), then timed serially in this process with triton.testing.do_bench, kernel by kernel
@@ -73,15 +73,28 @@ def default_point(row: dict) -> dict:
                                     space.evaluate_params(spec, space.case_inputs(spec, row))).config)
 
 
-def grid(row: dict, defaults_only: bool = False) -> list[dict]:
-    """The points probed on one shape (or the spec's default alone)."""
+def grid(row: dict, defaults_only: bool = False, precisions: tuple[str, ...] = ("tf32x3",),
+         row_tiles: tuple[bool, ...] = (False,)) -> list[dict]:
+    """The points probed on one shape (or the spec's default alone, with each of ``precisions``
+    and ``row_tiles``)."""
     if defaults_only:
-        return [default_point(row)]
+        base = default_point(row)
+        return [dict(base, DOT_PRECISION=d, ROW_TILES=t) for d, t in itertools.product(precisions, row_tiles)]
     N, P = row["N"], row["P"]
     blocks_n = [b for b in (16, 32, 64) if b <= N and (b >= 32 or N == 16)]
     blocks_p = sorted({b for b in (P, P // 2) if b >= 16})
-    return [dict(BLOCK_P=bp, BLOCK_N=bn, DOT_PRECISION="tf32x3", num_warps=w, num_stages=s)
-            for bn, bp, w, s in itertools.product(blocks_n, blocks_p, (4, 8), (1, 2))]
+    return [dict(BLOCK_P=bp, BLOCK_N=bn, DOT_PRECISION=d, ROW_TILES=t, num_warps=w, num_stages=s)
+            for bn, bp, d, t, w, s in itertools.product(blocks_n, blocks_p, precisions, row_tiles, (4, 8), (1, 2))]
+
+
+def points(row: dict, args: argparse.Namespace) -> list[dict]:
+    """The grid of ``row`` the command line asks for."""
+    if args.defaults and args.precisions is None and args.row_tiles is None:
+        return [default_point(row)]
+    base = default_point(row) if args.defaults else {}
+    precisions = tuple(args.precisions or [base.get("DOT_PRECISION", "tf32x3")])
+    tiles = tuple(t == "1" for t in args.row_tiles) if args.row_tiles else (bool(base.get("ROW_TILES", False)),)
+    return grid(row, args.defaults, precisions, tiles)
 
 
 def module():
@@ -174,6 +187,10 @@ def main() -> None:
     parser.add_argument("--no-tilelang", action="store_true")
     parser.add_argument("--deadline", type=float, default=520, help="seconds after which no shape starts")
     parser.add_argument("--defaults", action="store_true", help="time the spec's default point only")
+    parser.add_argument("--precisions", nargs="+", default=None,
+                        help="DOT_PRECISION values probed (default: tf32x3; with --defaults, the default's)")
+    parser.add_argument("--row-tiles", nargs="+", default=None, choices=("0", "1"),
+                        help="ROW_TILES values probed (default: 0; with --defaults, the default's)")
     parser.add_argument("--static", nargs="*", default=[], help="cases (e.g. N128_P64_R4_C16) whose TileLang "
                         "kernel is also compiled and timed with B, S, H, G as constants")
     args = parser.parse_args()
@@ -194,7 +211,7 @@ def main() -> None:
     pool = cf.ProcessPoolExecutor(args.workers, mp_context=ctx)
     statics = {tag(r): pool.submit(static_job, r) for r in rows if tag(r) in args.static or "all" in args.static}
     # every shape's points are submitted at once; a shape is timed as soon as its points compiled
-    pending = [[(row, p, pool.submit(compile_job, (row, p, VARIANT))) for p in grid(row, args.defaults)] for row in rows]
+    pending = [[(row, p, pool.submit(compile_job, (row, p, VARIANT))) for p in points(row, args)] for row in rows]
     summary = []
     with open(args.out, "w") as f:
         for row, futures in zip(rows, pending):
@@ -272,7 +289,8 @@ def main() -> None:
         print(f"{line['case']:<24} {tl or 0:9.3f} {line['whole_ms']:8.3f} {ratio} {parts['state']:7.3f} "
               f"{parts['chunk']:7.3f} {parts['reduce']:7.3f} {line['best_each']['state']:7.3f} "
               f"{line['best_each']['chunk']:7.3f}  BN{p['BLOCK_N']} BP{p['BLOCK_P']} "
-              f"w{p['num_warps']} s{p['num_stages']} maxerr {max(line['err'].values()):.1e}")
+              f"w{p['num_warps']} s{p['num_stages']} {p.get('DOT_PRECISION')} "
+              f"{'tiles' if p.get('ROW_TILES') else 'rows'} maxerr {max(line['err'].values()):.1e}")
     statics = [line for line in summary if line.get("tilelang_static_ms") and "whole_ms" in line]
     if statics:
         print(f"{'case':<24} {'ours':>8} {'tilelang':>9} {'static':>8}  speedup over each (tilelang: B, S, H, G "
