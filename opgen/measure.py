@@ -31,9 +31,10 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
                   points_: list[Point], bucket: Bucket, timeout: float) -> list[Measured]:
     """Measure several points: compile and check them in parallel on ``pool`` first, then time
     the rest one by one (``measure_one``). A failure in the parallel phase is final, except a
-    timeout: the workers share the device and the host, so a slow point (a large case, a long
-    compile) may only have waited for the others; it is measured again alone, under the same
-    timeout, and a real hang costs two timeouts."""
+    timeout or running out of device memory: the workers share the device and the host, so a slow
+    point (a large case, a long compile) may only have waited for the others, and one case's
+    inputs and golden in every worker may fill the device together; such a point is measured again
+    alone, under the same timeout, and a real hang costs two timeouts."""
     if not pool or len(points_) < 2:
         return [measure_one(p, bucket) for p in points_]
     import queue
@@ -61,9 +62,16 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
     n = len(bucket.cases)
     for i, point in enumerate(points_):
         failed = next((r for r in checked[i * n:(i + 1) * n] if r.status != "ok"), None)
-        final = failed is not None and failed.status != "timeout"
+        final = failed is not None and failed.status != "timeout" and not out_of_memory(failed)
         out.append(Measured(point, [failed]) if final else measure_one(point, bucket))
     return out
+
+
+def out_of_memory(result: Result) -> bool:
+    """Whether a failure is the device running out of memory (torch's OutOfMemoryError, CUDA's or
+    the NPU's message), which the other workers' cases may have caused."""
+    return result.status == "crash" and (result.reason.startswith("OutOfMemoryError")
+                                         or "out of memory" in result.reason.split("\n", 1)[0].lower())
 
 
 def budget_record(spec: OpSpec, profile: ChipProfile, variant: Variant, point: Point, params: dict[str, Any],

@@ -376,14 +376,17 @@ def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
 
 
 def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_final():
-    """The compile workers share the host and the device: a point that timed out among them is
-    measured again alone; a crash or a wrong result there is final (not measured twice)."""
+    """The compile workers share the host and the device: a point that timed out or ran out of
+    device memory among them is measured again alone; a crash or a wrong result there is final
+    (not measured twice)."""
     from opgen import tune
     from opgen.space import Point
     from opgen.worker import Result
 
-    parallel = {"slow": "timeout", "hang": "timeout", "crash": "crash", "fine": "ok"}
-    alone = {"slow": "ok", "hang": "timeout", "fine": "ok"}
+    parallel = {"slow": "timeout", "hang": "timeout", "crash": "crash", "fine": "ok", "big": "crash",
+                "huge": "crash"}
+    alone = {"slow": "ok", "hang": "timeout", "fine": "ok", "big": "ok", "huge": "crash"}
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     serial_calls = []
 
     class Pool:
@@ -393,14 +396,15 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
         def run(self, task, timeout):
             name, timed = task
             assert not timed and timeout == 7.0
-            return Result(parallel[name], reason="no result after 7 s" if parallel[name] == "timeout" else "")
+            reason = {"timeout": "no result after 7 s", "crash": oom if name in ("big", "huge") else "Boom"}
+            return Result(parallel[name], reason=reason.get(parallel[name], ""))
 
     class Alone:
         def run(self, task, timeout):
             name, timed = task
             serial_calls.append(name)
             status = alone[name]
-            return Result(status, median_ms=1.0 if status == "ok" else None)
+            return Result(status, median_ms=1.0 if status == "ok" else None, reason=oom if status == "crash" else "")
 
     campaign = tune.Campaign.__new__(tune.Campaign)
     campaign.pool, campaign.worker = [Pool(), Pool()], Alone()
@@ -409,10 +413,12 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
     points = [Point(name, (("BLOCK", 16),)) for name in parallel]
     bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
     measured = {m.point.variant: m for m in campaign.measure_batch(points, bucket)}
-    assert serial_calls == ["slow", "hang", "fine"]
+    assert serial_calls == ["slow", "hang", "fine", "big", "huge"]
     assert measured["slow"].ok and measured["fine"].ok
     assert [r.status for r in measured["hang"].results] == ["timeout"]
     assert [r.status for r in measured["crash"].results] == ["crash"]
+    # out of device memory among the workers: measured again alone; alone too, a crash
+    assert measured["big"].ok and [r.status for r in measured["huge"].results] == ["crash"]
 
 
 def test_a_tight_campaign_shares_its_time_over_the_studies_left():
