@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OP = "mamba3_mimo_bwd_fwd"
-VARIANT = "split_static_separate"  # --variant
+VARIANT = "split_static_separate"  # the default of --variant
 OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
 
 
@@ -97,12 +97,12 @@ def points(row: dict, args: argparse.Namespace) -> list[dict]:
     return grid(row, args.defaults, precisions, tiles)
 
 
-def module():
-    return importlib.import_module(f"generated.{OP}.kernels.cuda.{VARIANT}")
+def module(variant: str):
+    return importlib.import_module(f"generated.{OP}.kernels.cuda.{variant}")
 
 
-def calls(x: dict, outs: dict, point: dict) -> list:
-    return module().kernel_calls(**x, **outs, num_programs=132, point=point)
+def calls(variant: str, x: dict, outs: dict, point: dict) -> list:
+    return module(variant).kernel_calls(**x, **outs, num_programs=132, point=point)
 
 
 def kernel_name(kernel) -> str:
@@ -120,12 +120,10 @@ def kernel_parts(names: list[str], times: list[float]) -> dict:
 def compile_job(job: tuple[dict, dict, str]) -> dict:
     """Compile (by running on a short sequence) one point; its kernels' registers, spills, smem."""
     row, point, variant = job
-    global VARIANT
-    VARIANT = variant
     try:
         x = inputs(row, S=4 * row["chunk_size"])
         meta = []
-        for kernel, grid_, kwargs, options in calls(x, outputs(x), point):
+        for kernel, grid_, kwargs, options in calls(variant, x, outputs(x), point):
             compiled = kernel[grid_](**kwargs, **options)
             meta.append(dict(kernel=kernel_name(kernel), regs=compiled.n_regs,
                              spills=compiled.n_spills, smem=compiled.metadata.shared))
@@ -177,7 +175,6 @@ def tilelang_ms(x: dict, row: dict | None = None) -> float | None:
 
 
 def main() -> None:
-    global VARIANT
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--cases", nargs="+", default=["official", "official_z"])
@@ -194,7 +191,6 @@ def main() -> None:
     parser.add_argument("--static", nargs="*", default=[], help="cases (e.g. N128_P64_R4_C16) whose TileLang "
                         "kernel is also compiled and timed with B, S, H, G as constants")
     args = parser.parse_args()
-    VARIANT = args.variant
 
     from opgen.references.mamba3_mimo_bwd_fwd import reference_fp32
     from opgen.spec import load_spec
@@ -211,7 +207,7 @@ def main() -> None:
     pool = cf.ProcessPoolExecutor(args.workers, mp_context=ctx)
     statics = {tag(r): pool.submit(static_job, r) for r in rows if tag(r) in args.static or "all" in args.static}
     # every shape's points are submitted at once; a shape is timed as soon as its points compiled
-    pending = [[(row, p, pool.submit(compile_job, (row, p, VARIANT))) for p in points(row, args)] for row in rows]
+    pending = [[(row, p, pool.submit(compile_job, (row, p, args.variant))) for p in points(row, args)] for row in rows]
     summary = []
     with open(args.out, "w") as f:
         for row, futures in zip(rows, pending):
@@ -232,13 +228,13 @@ def main() -> None:
                 rec = dict(case=tag(row), point=point, **st)
                 if st["status"] == "ok":
                     try:
-                        launches = calls(x, outs, point)
+                        launches = calls(args.variant, x, outs, point)
                         times = []
                         for kernel, grid_, kwargs, options in launches:
                             times.append(bench(lambda: kernel[grid_](**kwargs, **options)))
                         rec["ms"] = kernel_parts([kernel_name(k) for k, *_ in launches], times)
                         rec["total_ms"] = sum(times)
-                        rec["variant"] = VARIANT
+                        rec["variant"] = args.variant
                     except Exception as exc:
                         rec["status"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 f.write(json.dumps(rec) + "\n")
@@ -249,7 +245,7 @@ def main() -> None:
                     best = rec
             line = dict(case=tag(row), tilelang_ms=None)
             if best is not None:
-                mod = module()
+                mod = module(args.variant)
                 ref = reference_fp32(**x, device="cuda")
                 mod.launch(**x, **outs, num_programs=132, point=best["point"])
                 err = {n: float((outs[n] - ref[n]).norm() / ref[n].norm()) for n in OUTPUTS if outs[n] is not None}

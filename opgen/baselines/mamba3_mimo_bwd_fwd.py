@@ -15,10 +15,10 @@ walks all chunks in order, the R ranks folded into the chunk axis (C * R rows pe
 
 ``tilelang`` calls it as upstream's ``mamba_mimo_bwd_combined`` does: B, S, H and G dynamic
 (``T.dynamic``); ``tilelang_static`` compiles it for each call's B, S, H and G as constants (on the
-official shapes on an H200 1.4x-3.3x faster). Both use ``reduceO=True`` (dout is the reduced [B,S,H,P]), threads 128, num_stages 0, the
-outputs allocated as that wrapper does (``qk_dot`` zero-filled, the rest empty). The compiled
-kernel is kept per configuration in this process, so a call times the allocations and the launch,
-not the re-trace that the wrapper does on every call.
+official shapes on an H200 1.4x-3.3x faster). Both use ``reduceO=True`` (dout is the reduced
+[B,S,H,P]), threads 128, num_stages 0, the outputs allocated as that wrapper does (``qk_dot``
+zero-filled, the rest empty). The compiled kernel is kept per configuration in this process, so a
+call times the allocations and the launch, not the re-trace that the wrapper does on every call.
 
 Every tensor has our layout (the same dims in the same order: q, k [B,S,R,G,N]; states
 [B,H,nc,N,P]; qk_dot [B,H,S,R,R] with qk_dot[t,r,s] = <q~[t,r], k~[t,s]>; dmimo_o, dmimo_z
@@ -49,6 +49,7 @@ mimo_z / z without the other, tensors off a CUDA device.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -225,8 +226,10 @@ def tilelang_static(*args: Any, **kwargs: Any
 
 
 def _run(static: bool, *args: Any, **kwargs: Any) -> tuple:
+    """Upstream's kernel on the arguments of :func:`tilelang` (bound to its signature), built with
+    B, S, H, G dynamic or, ``static``, as the call's constants."""
     _import_builder()
-    q = kwargs["q"] if "q" in kwargs else args[1]
+    q = inspect.signature(tilelang).bind(*args, **kwargs).arguments["q"]
     if q.device.type != "cuda":
         raise UnsupportedInput(f"{_WHO}: runs on CUDA devices only, got q on {q.device}")
     config, upstream = to_upstream(*args, **kwargs)
