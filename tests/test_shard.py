@@ -69,7 +69,8 @@ def test_tune_on_devices_gives_each_shard_its_buckets(tmp_path, monkeypatch, cap
     monkeypatch.chdir(root)
     code = cli.main(["--root", str(root), "tune", "toy_op", "--chip", "interpreter", "--cases", "two",
                      "--variants", "good", "--warmup", "1", "--repeat", "2", "--no-progress", "--trials", "3",
-                     "--point-timeout", "30", "--devices", "cuda:0,cuda:1", "--cross-check", "--cross-margin", "0.5"])
+                     "--point-timeout", "30", "--devices", "cuda:0,cuda:1", "--cross-check", "--cross-margin", "0.5",
+                     "--tie-margin", "100"])  # every correct point ties: both buckets win with one point
     out = capsys.readouterr().out
     assert code == 0, out
     records = [json.loads(line) for line in (root / RECORDS).read_text().splitlines()]
