@@ -3,6 +3,7 @@ the official shapes, beside upstream's TileLang kernel, on one CUDA GPU.
 
     python3 scripts/mamba3_split_probe.py RESULTS.jsonl [--cases official official_z] [--workers 14]
         [--variant splitscan_static_separate] [--precisions tf32x3 bf16x3] [--row-tiles 0 1]
+        [--defaults [--warps 4 8] [--vary STATE_BLOCK_N=32,64,128]]
 
 Every point is compiled first in parallel processes (Triton caches to disk; a kernel does not
 depend on S), then timed serially in this process with triton.testing.do_bench, kernel by kernel
@@ -74,12 +75,20 @@ def default_point(row: dict) -> dict:
 
 
 def grid(row: dict, defaults_only: bool = False, precisions: tuple[str, ...] = ("tf32x3",),
-         row_tiles: tuple[bool, ...] = (False,)) -> list[dict]:
-    """The points probed on one shape (or the spec's default alone, with each of ``precisions``
-    and ``row_tiles``)."""
+         row_tiles: tuple[bool, ...] = (False,), warps: tuple[int, ...] = (),
+         vary: dict[str, list[int]] | None = None) -> list[dict]:
+    """The points probed on one shape (or the spec's default alone, with each of ``precisions``,
+    ``row_tiles`` and ``warps``, the default's num_warps when empty, and each combination of the
+    ``vary`` values, a tile clipped to N or P)."""
     if defaults_only:
         base = default_point(row)
-        return [dict(base, DOT_PRECISION=d, ROW_TILES=t) for d, t in itertools.product(precisions, row_tiles)]
+        names = list(vary or {})
+        limit = {"BLOCK_N": row["N"], "STATE_BLOCK_N": row["N"], "BLOCK_P": row["P"]}
+        extra = {tuple(min(v, limit.get(k, v)) for k, v in zip(names, vals))
+                 for vals in itertools.product(*(vary or {}).values())}
+        extra = [dict(zip(names, vals)) for vals in sorted(extra)]
+        return [dict(base, DOT_PRECISION=d, ROW_TILES=t, num_warps=w, **e)
+                for d, t, w, e in itertools.product(precisions, row_tiles, warps or (base["num_warps"],), extra)]
     N, P = row["N"], row["P"]
     blocks_n = [b for b in (16, 32, 64) if b <= N and (b >= 32 or N == 16)]
     blocks_p = sorted({b for b in (P, P // 2) if b >= 16})
@@ -89,12 +98,13 @@ def grid(row: dict, defaults_only: bool = False, precisions: tuple[str, ...] = (
 
 def points(row: dict, args: argparse.Namespace) -> list[dict]:
     """The grid of ``row`` the command line asks for."""
-    if args.defaults and args.precisions is None and args.row_tiles is None:
+    if args.defaults and args.precisions is None and args.row_tiles is None and not args.warps and not args.vary:
         return [default_point(row)]
     base = default_point(row) if args.defaults else {}
     precisions = tuple(args.precisions or [base.get("DOT_PRECISION", "tf32x3")])
     tiles = tuple(t == "1" for t in args.row_tiles) if args.row_tiles else (bool(base.get("ROW_TILES", False)),)
-    return grid(row, args.defaults, precisions, tiles)
+    vary = {k: [int(x) for x in v.split(",")] for k, v in (s.split("=", 1) for s in args.vary or [])}
+    return grid(row, args.defaults, precisions, tiles, tuple(args.warps or ()), vary)
 
 
 def module(variant: str):
@@ -188,6 +198,10 @@ def main() -> None:
                         help="DOT_PRECISION values probed (default: tf32x3; with --defaults, the default's)")
     parser.add_argument("--row-tiles", nargs="+", default=None, choices=("0", "1"),
                         help="ROW_TILES values probed (default: 0; with --defaults, the default's)")
+    parser.add_argument("--warps", nargs="+", type=int, default=None,
+                        help="with --defaults: num_warps values probed (default: the default's)")
+    parser.add_argument("--vary", nargs="+", default=None, metavar="NAME=V1,V2",
+                        help="with --defaults: integer tunables probed over these values (e.g. STATE_BLOCK_N=32,64,128)")
     parser.add_argument("--static", nargs="*", default=[], help="cases (e.g. N128_P64_R4_C16) whose TileLang "
                         "kernel is also compiled and timed with B, S, H, G as constants")
     args = parser.parse_args()
@@ -284,7 +298,7 @@ def main() -> None:
         parts = line["best_parts"]
         print(f"{line['case']:<24} {tl or 0:9.3f} {line['whole_ms']:8.3f} {ratio} {parts['state']:7.3f} "
               f"{parts['chunk']:7.3f} {parts['reduce']:7.3f} {line['best_each']['state']:7.3f} "
-              f"{line['best_each']['chunk']:7.3f}  BN{p['BLOCK_N']} BP{p['BLOCK_P']} "
+              f"{line['best_each']['chunk']:7.3f}  BN{p['BLOCK_N']} SN{p.get('STATE_BLOCK_N', p['BLOCK_N'])} BP{p['BLOCK_P']} "
               f"w{p['num_warps']} s{p['num_stages']} {p.get('DOT_PRECISION')} "
               f"{'tiles' if p.get('ROW_TILES') else 'rows'} maxerr {max(line['err'].values()):.1e}")
     statics = [line for line in summary if line.get("tilelang_static_ms") and "whole_ms" in line]

@@ -1,0 +1,165 @@
+"""Compile a generated mamba3_mimo_bwd_fwd variant's kernels for an NVIDIA target without a GPU and
+print each kernel's registers, spill bytes and shared memory, as ptxas reports them.
+
+    python scripts/sm90_resources.py [--variant splitscan_static_separate] [--arch 90]
+        [--case N128_P64_R4_C16[_Z] ...] [--set BLOCK_P=64 BLOCK_N=32 num_warps=4 ...]
+
+Needs a Triton with its NVIDIA backend (3.6: ``pip install triton==3.6.0`` beside a CPU torch);
+the launches are built by the variant's ``kernel_calls`` on small CPU tensors of the case's shape,
+compiled by Triton's own binder and compiler (as a launch would, minus the launch) through a driver
+that names the target, and the PTX is assembled again with ``ptxas -v`` for the figures. What a
+kernel costs in registers decides its occupancy and spills; this reads it in seconds, on any host.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OP = "mamba3_mimo_bwd_fwd"
+
+
+class _TargetDriver:
+    """The least of a Triton driver that lets the JIT compile for ``target`` without a device."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+
+def parse_case(text: str) -> dict:
+    """N128_P64_R4_C16[_Z] -> the official shape's row (B 4, S 2048, H 16, G 1, D on)."""
+    m = re.fullmatch(r"N(\d+)_P(\d+)_R(\d+)_C(\d+)(_Z)?", text)
+    if not m:
+        raise SystemExit(f"case {text!r}: expected N<n>_P<p>_R<r>_C<c>[_Z]")
+    n, p, r, c, z = m.groups()
+    return dict(B=4, S=2048, H=16, G=1, N=int(n), P=int(p), R=int(r), chunk_size=int(c), z_given=bool(z),
+                d_given=True)
+
+
+def value(text: str):
+    """A --set value: int, bool or string."""
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def ptxas_usage(ptx: str, arch: str, ptxas: str) -> dict:
+    """registers, spill stores/loads (bytes) and static shared memory from ``ptxas -v``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        out = subprocess.run([ptxas, "-v", f"--gpu-name=sm_{arch}", str(src), "-o", str(Path(tmp) / "k.o")],
+                             capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", out)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    stack = re.search(r"(\d+) bytes stack frame", out)
+    return dict(regs=int(regs.group(1)) if regs else None, stack=int(stack.group(1)) if stack else None,
+                spill_stores=int(spill.group(1)) if spill else None,
+                spill_loads=int(spill.group(2)) if spill else None)
+
+
+# SASS opcode classes counted by --sass (static counts: an instruction in a loop counts once)
+_CLASSES = {"mma": ("HMMA", "HGMMA", "IMMA"), "shared": ("LDS", "STS", "LDSM", "STSM"), "global": ("LDG", "STG"),
+            "local": ("LDL", "STL"), "barrier": ("BAR",), "fp32": ("FFMA", "FMUL", "FADD", "FMNMX"),
+            "mufu": ("MUFU",), "shuffle": ("SHFL",)}
+
+
+def sass_mix(cubin: bytes, out: Path) -> str:
+    """Disassemble ``cubin`` to ``out`` and count its instructions by class."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    binary = out.with_suffix(".cubin")
+    binary.write_bytes(cubin)
+    text = subprocess.run([str(cuobjdump), "-sass", str(binary)], capture_output=True, text=True, check=True).stdout
+    out.write_text(text)
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", text)
+    counts = {k: sum(op in v for op in ops) for k, v in _CLASSES.items()}
+    return f"{len(ops)} instructions: " + " ".join(f"{k} {n}" for k, n in counts.items())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", default="splitscan_static_separate")
+    parser.add_argument("--arch", default="90", help="compute capability (90: H100 / H200)")
+    parser.add_argument("--case", nargs="+", default=["N128_P64_R4_C16"])
+    parser.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="point entries over the spec's default (tunables and num_warps / num_stages)")
+    parser.add_argument("--kernels", nargs="*", default=None, help="only these kernels (chunk, state, ...)")
+    parser.add_argument("--sass", metavar="DIR", help="write each kernel's SASS there and print its instruction mix")
+    args = parser.parse_args()
+
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    if "nvidia" not in __import__("triton.backends", fromlist=["backends"]).backends:
+        raise SystemExit("this Triton has no NVIDIA backend (install triton with it, e.g. triton==3.6.0)")
+    driver.set_active(_TargetDriver(GPUTarget("cuda", int(args.arch), 32)))
+    ptxas = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+    arch = args.arch + ("a" if args.arch == "90" else "")
+
+    from opgen import space
+    from opgen.hardware import profile
+    from opgen.references.mamba3_mimo_bwd_fwd import make_inputs
+    from opgen.spec import load_spec
+
+    spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
+    mod = importlib.import_module(f"generated.{OP}.kernels.cuda.{args.variant}")
+    overrides = dict(s.split("=", 1) for s in args.set)
+    print(f"{'case':<22} {'kernel':<10} {'regs':>5} {'spill st':>9} {'spill ld':>9} {'stack':>6} {'smem':>7}  point")
+    for text in args.case:
+        row = parse_case(text)
+        point = dict(space.default_point(spec, profile("h200"),
+                                         space.evaluate_params(spec, space.case_inputs(spec, row))).config)
+        point.update({k: value(v) for k, v in overrides.items()})
+        x = make_inputs(1, 4 * row["chunk_size"], 2, 1, row["N"], row["P"], row["R"],
+                        chunk_size=row["chunk_size"], dtype=torch.bfloat16, has_z=row["z_given"],
+                        has_d=True, seed=1, device="cpu")
+        B, S, R, G, N = x["q"].shape
+        H, P = x["v"].shape[2:]
+        f32 = dict(dtype=torch.float32)
+        outs = dict(states=torch.empty(B, H, S // row["chunk_size"], N, P, **f32),
+                    qk_dot=torch.empty(B, H, S, R, R, **f32), dmimo_o=torch.empty(B, H, R, P, **f32),
+                    dmimo_z=torch.empty(B, H, R, P, **f32) if row["z_given"] else None,
+                    dz=torch.empty(B, S, H, P, **f32) if row["z_given"] else None)
+        for kernel, grid, kwargs, options in mod.kernel_calls(**x, **outs, num_programs=132, point=point):
+            name = kernel.__name__.rsplit("_", 2)[-2]
+            if args.kernels and name not in args.kernels:
+                continue
+            compiled = kernel.warmup(**kwargs, **options, grid=grid)
+            use = ptxas_usage(compiled.asm["ptx"], arch, ptxas)
+            shown = " ".join(f"{k}={v}" for k, v in sorted(point.items()))
+            print(f"{text:<22} {name:<10} {use['regs']:>5} {use['spill_stores']:>9} {use['spill_loads']:>9} "
+                  f"{use['stack']:>6} {compiled.metadata.shared:>7}  {shown}", flush=True)
+            if args.sass:
+                print("    " + sass_mix(compiled.asm["cubin"], Path(args.sass) / f"{text}_{name}.sass"))
+
+
+if __name__ == "__main__":
+    main()
