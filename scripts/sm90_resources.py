@@ -53,6 +53,7 @@ def parse_case(text: str) -> dict:
         raise SystemExit(f"case {text!r}: expected N<n>_P<p>_R<r>_C<c>[_Z]")
     n, p, r, c, z = m.groups()
     return dict(B=4, S=2048, H=16, G=1, N=int(n), P=int(p), R=int(r), chunk_size=int(c), z_given=bool(z),
+                mimo_z_given=bool(z),
                 d_given=True)
 
 

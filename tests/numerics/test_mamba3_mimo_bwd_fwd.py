@@ -178,9 +178,12 @@ def test_folded_variants_on_dot_sized_tiles(variant, case):
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
                     has_z=has_z, has_d=has_d, seed=S + N + R)
-    # split's chunk kernel with its per-token and per-rank tiles here, splitscan's with per-row loads
-    _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n,
-                                     "ROW_TILES": variant.startswith("split_")}), x)
+    # split's chunk kernel with its per-token and per-rank tiles here and the Z gate's terms in the
+    # gate kernel, splitscan's with per-row loads and the terms in the chunk kernel; the state
+    # path's N tile below the chunk kernel's where N allows
+    _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n, "STATE_BLOCK_N": max(16, N // 2),
+                                     "ROW_TILES": variant.startswith("split_"),
+                                     "GATE_KERNEL": variant.startswith("split_")}), x)
 
 
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
@@ -188,8 +191,8 @@ def test_folded_variants_bf16_outputs(variant):
     """split reads its entering states from an fp32 copy when the outputs are narrower."""
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(1, 40, 2, 1, 16, 32, 4, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=3)
-    _check(_launch(module, x, output_dtype=torch.bfloat16, point={"BLOCK_P": 32, "ROW_TILES": True}), x,
-           output_dtype=torch.bfloat16)
+    _check(_launch(module, x, output_dtype=torch.bfloat16,
+                   point={"BLOCK_P": 32, "ROW_TILES": True, "GATE_KERNEL": True}), x, output_dtype=torch.bfloat16)
 
 
 @pytest.mark.parametrize("S, C", [(16 * 37 + 5, 16), (8, 8), (5, 16)], ids=["NC38", "NC1", "NC1_tail"])
@@ -199,4 +202,4 @@ def test_splitscan_chunk_counts(S, C):
     module = importlib.import_module("generated.mamba3_mimo_bwd_fwd.kernels.cuda.splitscan_static_separate")
     x = make_inputs(1, S, 2, 1, 16, 16, 16 // C if C <= 16 else 1, chunk_size=C, dtype=torch.bfloat16,
                     has_z=S % 2 == 1, has_d=True, seed=S)
-    _check(_launch(module, x, point={"BLOCK_P": 16, "BLOCK_N": 16}), x)
+    _check(_launch(module, x, point={"BLOCK_P": 16, "BLOCK_N": 16, "GATE_KERNEL": True}), x)
