@@ -33,12 +33,19 @@ def test_a_table_without_tuned_rows_has_no_fill(tmp_path):
 
 
 def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
-    """mamba3's untuned buckets run the spec's default: its H200 table holds tuned rows only."""
-    spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
-    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
-    assert spec.dispatch.fill_distance == 0 and table.filled == 0
-    assert table.rows and all(r.source is None for r in table.rows)
-    assert fill_ranges(spec, table.rows, config_names(table.rows)) == []
+    """With dispatch.fill_distance 0 (as mamba3's spec has it) an untuned bucket runs the spec's
+    default: the GLA H200 records, whose table fills hundreds of buckets at an unbounded distance,
+    freeze their tuned rows alone."""
+    assert load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT).dispatch.fill_distance == 0
+    spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
+    hashes, path = kernel_hashes(ROOT, spec, "cuda"), records.record_path(ROOT, "h200", spec.op)
+    unbounded = frozen_rows(spec, chip, path, hashes)
+    assert unbounded.filled > 0
+    bounded = spec.model_copy(update={"dispatch": spec.dispatch.model_copy(update={"fill_distance": 0})})
+    table = frozen_rows(bounded, chip, path, hashes)
+    assert table.filled == 0 and table.rows and all(r.source is None for r in table.rows)
+    assert len(table.rows) == len(unbounded.rows) - unbounded.filled
+    assert fill_ranges(bounded, table.rows, config_names(table.rows)) == []
 
 
 @pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk"])
