@@ -40,7 +40,11 @@ def test_an_untuned_shape_runs_the_specs_default():
     out = _explain(MAMBA3, "B=4", "S=2048", "H=16", "G=1", "N=128", "P=64", "R=4", "chunk_size=16",
                    "dtype=float16")
     assert out["row"] == "default" and out["variant"] == "split_static_separate"
-    assert out["config"]["BLOCK_N"] == 32 and "winner" not in out
+    # the spec's cuda default at N = 128, C = 16: the chunk kernel's N blocks of 64, the serial
+    # state kernel's of 32, the whole P, the kernel's own tf32 split
+    assert {k: out["config"][k] for k in ("BLOCK_N", "STATE_BLOCK_N", "BLOCK_P", "DOT_PRECISION")} == dict(
+        BLOCK_N=64, STATE_BLOCK_N=32, BLOCK_P=64, DOT_PRECISION="tf32x3_split")
+    assert "winner" not in out
     assert max(out["budget"]["estimate"].values()) < out["budget"]["limit"]
 
 
