@@ -1,8 +1,10 @@
 """Compile a generated mamba3_mimo_bwd_fwd variant's kernels for an NVIDIA target without a GPU and
-print each kernel's registers, spill bytes and shared memory, as ptxas reports them.
+print each kernel's registers, spill bytes, stack and shared memory, as ptxas reports them (and,
+with --sass, its SASS instruction mix).
 
     python scripts/sm90_resources.py [--variant splitscan_static_separate] [--arch 90]
         [--case N128_P64_R4_C16[_Z] ...] [--set BLOCK_P=64 BLOCK_N=32 num_warps=4 ...]
+        [--kernels chunk gate] [--sass DIR]
 
 Needs a Triton with its NVIDIA backend (3.6: ``pip install triton==3.6.0`` beside a CPU torch);
 the launches are built by the variant's ``kernel_calls`` on small CPU tensors of the case's shape,
@@ -53,8 +55,7 @@ def parse_case(text: str) -> dict:
         raise SystemExit(f"case {text!r}: expected N<n>_P<p>_R<r>_C<c>[_Z]")
     n, p, r, c, z = m.groups()
     return dict(B=4, S=2048, H=16, G=1, N=int(n), P=int(p), R=int(r), chunk_size=int(c), z_given=bool(z),
-                mimo_z_given=bool(z),
-                d_given=True)
+                mimo_z_given=bool(z), d_given=True)
 
 
 def value(text: str):

@@ -22,6 +22,8 @@ def _cases():
         single = variant.flags["SHAPE"] == "single"
         H = 1 if variant.flags["SHAPE"] == "h1" else 4
         shapes = [(2, 100, H, 64, 48, 64)] if single else [(2, 100, H, 128, 96, 64), (1, 70, H, 48, 160, 32)]
+        if variant.flags["SHAPE"] == "vloop2":  # K past 128
+            shapes = [(1, 70, H, 192, 96, 64)]
         for dtype in dtypes:
             for shape in shapes:
                 yield pytest.param(variant, dtype, shape, id=f"{variant.name}-{dtype}-K{shape[3]}-V{shape[4]}-C{shape[5]}")
@@ -39,7 +41,7 @@ def test_npu_variant_accepted_by_ascend_front_end(variant, dtype, shape):
     # fp32 path: ieee and hf32; the half paths: tril(A) cast and as a pair
     assert len(kinds) == 2
     for i, kind in enumerate(kinds):  # the second kind with the intra-chunk loads before the K loop
-        early = i == 1 or variant.flags["SHAPE"] == "vloop"  # vloop loads A before its V loop
+        early = i == 1 or variant.flags["SHAPE"] in ("vloop", "vloop2")  # they load A before the V loop
         point = next(p for p in feasible if (p.config["DOT_PRECISION"], p.config["A_PAIR"]) == kind
                      and p.config["EARLY_INTRA"] == early)
         _, kwargs, options = module.prepare(x["q"], x["v"], x["g"], x["A"], x["h"], o, x["scale"],

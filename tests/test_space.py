@@ -24,8 +24,9 @@ def _params(spec, **row):
 def test_variants_per_rendering(gla):
     npu = [v.name for v in space.variants_for(gla, "npu")]
     cuda = [v.name for v in space.variants_for(gla, "cuda")]
-    assert len(npu) == 16 and all(n.endswith("_persistent") for n in npu)
-    assert len(cuda) == 32 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
+    assert len(npu) == 20 and all(n.endswith("_persistent") for n in npu)
+    assert len(cuda) == 40 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
+    assert sum("_vloop2_" in n for n in cuda) == 8 and sum("_vloop2_" in n for n in npu) == 4
     assert npu[0] == "fold_general_persistent"
     assert space.find_variant(gla, "split_h1_tiled").flags == {"SCALE_PATH": "split", "SHAPE": "h1", "GRID": "tiled"}
     with pytest.raises(BuildError, match="unknown variant 'nope'"):
@@ -41,6 +42,8 @@ def test_legality(gla):
     assert space.is_legal(gla, space.find_variant(gla, "fold_vloop_tiled"), fp16)  # K <= 128
     wide = _params(gla, B=1, T=64, H=2, K=256, V=64, chunk_size=64, dtype="float16")
     assert not space.is_legal(gla, space.find_variant(gla, "fold_vloop_tiled"), wide)
+    assert space.is_legal(gla, space.find_variant(gla, "fold_vloop2_tiled"), wide)  # 128 < K <= 256
+    assert not space.is_legal(gla, space.find_variant(gla, "fold_vloop2_tiled"), fp16)
     assert not space.is_legal(gla, space.find_variant(gla, "fp32_h1_persistent"), fp16)
     assert space.is_legal(gla, space.find_variant(gla, "fold_single_persistent"), bf16)
     assert not space.is_legal(gla, space.find_variant(gla, "fold_single_persistent"), fp16)
@@ -168,8 +171,8 @@ def test_excluded_combinations_are_not_variants(gla, tmp_path):
     names = {v.name for v in space.all_variants(load(path, tmp_path))}
     assert "post_general_tiled" in names and "post_h1_persistent" not in names
     assert "fold_h1_persistent" in names and "fold_h1_tiled" not in names
-    # post on h1, single and vloop (two grids each); tiled h1 on the three other scale paths
-    assert len(names) == len(space.all_variants(gla)) - 6 - 3
+    # post on h1, single, vloop and vloop2 (two grids each); tiled h1 on the three other scale paths
+    assert len(names) == len(space.all_variants(gla)) - 8 - 3
 
 
 @pytest.mark.parametrize("row, algo", [

@@ -44,6 +44,9 @@ def _variant_shapes(variant):
     if flags["SHAPE"] == "single":
         return [dict(B=1, T=100, H=H[0], K=64, V=48, chunk_size=64),
                 dict(B=2, T=37, H=H[1], K=32, V=64, chunk_size=32)]
+    if flags["SHAPE"] == "vloop2":  # K past 128: two K tiles, the second masked (K 192) or whole
+        return [dict(B=1, T=70, H=H[0], K=192, V=48, chunk_size=64),
+                dict(B=1, T=37, H=H[1], K=256, V=40, chunk_size=32)]
     return [dict(B=2, T=100, H=H[0], K=96, V=160, chunk_size=64),
             dict(B=1, T=45, H=H[1], K=48, V=32, chunk_size=32)]
 
