@@ -24,7 +24,7 @@ OP = "mamba3_mimo_bwd_fwd"
 
 
 def main() -> None:
-    from mamba3_split_probe import inputs, static_kernel, tag
+    from mamba3_split_probe import case_row, inputs, static_kernel
 
     from opgen.spec import load_spec
 
@@ -32,11 +32,7 @@ def main() -> None:
     parser.add_argument("case")
     parser.add_argument("--tilelang", action="store_true", help="also run TileLang compiled for the case")
     args = parser.parse_args()
-    spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
-    rows = [dict(r) for name in ("official", "official_z") for r in spec.cases[name]]
-    row = next((r for r in rows if tag(r) == args.case), None)
-    if row is None:
-        raise SystemExit(f"unknown case {args.case}; one of {[tag(r) for r in rows]}")
+    row = case_row(load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT), args.case)
     x = inputs(row)
     op = getattr(__import__(f"generated.{OP}", fromlist=[OP]), OP)
     for _ in range(2):

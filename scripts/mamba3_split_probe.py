@@ -41,23 +41,33 @@ def tag(row: dict) -> str:
     return f"N{row['N']}_P{row['P']}_R{row['R']}_C{row['chunk_size']}{z}"
 
 
-def inputs(row: dict, S: int | None = None) -> dict:
+def case_row(spec, name: str) -> dict:
+    """The official case (with or without the Z gate) named as ``tag`` names it."""
+    rows = [dict(r) for cases in ("official", "official_z") for r in spec.cases[cases]]
+    row = next((r for r in rows if tag(r) == name), None)
+    if row is None:
+        raise SystemExit(f"unknown case {name}; one of {[tag(r) for r in rows]}")
+    return row
+
+
+def inputs(row: dict, S: int | None = None, device: str = "cuda") -> dict:
     from opgen.references.mamba3_mimo_bwd_fwd import make_inputs
 
     return make_inputs(row["B"], S or row["S"], row["H"], row["G"], row["N"], row["P"], row["R"],
                        chunk_size=row["chunk_size"], dtype=torch.bfloat16,
                        has_z=bool(row.get("z_given")), has_d=bool(row.get("d_given")), seed=1,
-                       device="cuda")
+                       device=device)
 
 
 def outputs(x: dict) -> dict:
+    """fp32 outputs for the inputs x, on their device."""
     B, S, R, G, N = x["q"].shape
     H, P = x["v"].shape[2:]
     NC = -(-S // x["chunk_size"])
     f32, z = torch.float32, x["z"] is not None
 
     def empty(*shape):
-        return torch.empty(shape, dtype=f32, device="cuda")
+        return torch.empty(shape, dtype=f32, device=x["q"].device)
 
     return dict(states=empty(B, H, NC, N, P), qk_dot=empty(B, H, S, R, R), dmimo_o=empty(B, H, R, P),
                 dmimo_z=empty(B, H, R, P) if z else None, dz=empty(B, S, H, P) if z else None)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 OP = "mamba3_mimo_bwd_fwd"
 
 
@@ -46,16 +47,6 @@ class _TargetDriver:
         import torch
 
         return torch.device("cpu")
-
-
-def parse_case(text: str) -> dict:
-    """N128_P64_R4_C16[_Z] -> the official shape's row (B 4, S 2048, H 16, G 1, D on)."""
-    m = re.fullmatch(r"N(\d+)_P(\d+)_R(\d+)_C(\d+)(_Z)?", text)
-    if not m:
-        raise SystemExit(f"case {text!r}: expected N<n>_P<p>_R<r>_C<c>[_Z]")
-    n, p, r, c, z = m.groups()
-    return dict(B=4, S=2048, H=16, G=1, N=int(n), P=int(p), R=int(r), chunk_size=int(c), z_given=bool(z),
-                mimo_z_given=bool(z), d_given=True)
 
 
 def value(text: str):
@@ -115,7 +106,6 @@ def main() -> None:
     parser.add_argument("--sass", metavar="DIR", help="write each kernel's SASS there and print its instruction mix")
     args = parser.parse_args()
 
-    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
@@ -126,9 +116,8 @@ def main() -> None:
     ptxas = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
     arch = args.arch + ("a" if args.arch == "90" else "")
 
-    from opgen import space
-    from opgen.hardware import profile
-    from opgen.references.mamba3_mimo_bwd_fwd import make_inputs
+    from mamba3_split_probe import case_row, default_point, inputs, kernel_name, outputs
+
     from opgen.spec import load_spec
 
     spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
@@ -136,22 +125,14 @@ def main() -> None:
     overrides = dict(s.split("=", 1) for s in args.set)
     print(f"{'case':<22} {'kernel':<10} {'regs':>5} {'spill st':>9} {'spill ld':>9} {'stack':>6} {'smem':>7}  point")
     for text in args.case:
-        row = parse_case(text)
-        point = dict(space.default_point(spec, profile("h200"),
-                                         space.evaluate_params(spec, space.case_inputs(spec, row))).config)
+        row = case_row(spec, text)
+        point = default_point(row)
         point.update({k: value(v) for k, v in overrides.items()})
-        x = make_inputs(1, 4 * row["chunk_size"], 2, 1, row["N"], row["P"], row["R"],
-                        chunk_size=row["chunk_size"], dtype=torch.bfloat16, has_z=row["z_given"],
-                        has_d=True, seed=1, device="cpu")
-        B, S, R, G, N = x["q"].shape
-        H, P = x["v"].shape[2:]
-        f32 = dict(dtype=torch.float32)
-        outs = dict(states=torch.empty(B, H, S // row["chunk_size"], N, P, **f32),
-                    qk_dot=torch.empty(B, H, S, R, R, **f32), dmimo_o=torch.empty(B, H, R, P, **f32),
-                    dmimo_z=torch.empty(B, H, R, P, **f32) if row["z_given"] else None,
-                    dz=torch.empty(B, S, H, P, **f32) if row["z_given"] else None)
+        # a few chunks on the CPU: a kernel's constants (N, P, R, C, the tiles) are the case's
+        x = inputs(row, S=4 * row["chunk_size"], device="cpu")
+        outs = outputs(x)
         for kernel, grid, kwargs, options in mod.kernel_calls(**x, **outs, num_programs=132, point=point):
-            name = kernel.__name__.rsplit("_", 2)[-2]
+            name = kernel_name(kernel)
             if args.kernels and name not in args.kernels:
                 continue
             compiled = kernel.warmup(**kwargs, **options, grid=grid)
