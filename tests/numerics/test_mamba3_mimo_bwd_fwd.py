@@ -195,6 +195,26 @@ def test_folded_variants_bf16_outputs(variant):
                    point={"BLOCK_P": 32, "ROW_TILES": True, "GATE_KERNEL": True}), x, output_dtype=torch.bfloat16)
 
 
+@pytest.mark.parametrize("variant", ["split_static_separate", "splitscan_static_separate"])
+def test_split_register_cap_is_the_chunk_kernels_alone(variant):
+    """CHUNK_MAXNREG caps the chunk kernel's launch (maxnreg beside the point's launch options) and
+    no other kernel's; 0 or a launch without options (the interpreter's) caps nothing."""
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
+    x = make_inputs(1, 64, 2, 1, 32, 16, 2, chunk_size=16, dtype=torch.bfloat16, has_z=True, seed=1)
+    outs = dict(states=torch.empty(1, 2, 4, 32, 16), qk_dot=torch.empty(1, 2, 64, 2, 2),
+                dmimo_o=torch.empty(1, 2, 2, 16), dmimo_z=torch.empty(1, 2, 2, 16), dz=torch.empty(1, 64, 2, 16))
+
+    def options(point):
+        calls = module.kernel_calls(**x, **outs, num_programs=4, point=dict(point, BLOCK_P=16, GATE_KERNEL=True))
+        return {kernel.__name__.rsplit("_", 2)[-2]: opts for kernel, _grid, _kwargs, opts in calls}
+
+    capped = options({"CHUNK_MAXNREG": 168, "num_warps": 4, "num_stages": 2})
+    assert capped.pop("chunk") == {"num_warps": 4, "num_stages": 2, "maxnreg": 168}
+    assert len(capped) >= 3 and all(o == {"num_warps": 4, "num_stages": 2} for o in capped.values()), capped
+    assert all("maxnreg" not in o for o in options({"CHUNK_MAXNREG": 0, "num_warps": 4}).values())
+    assert all(o == {} for o in options({"CHUNK_MAXNREG": 168}).values())
+
+
 @pytest.mark.parametrize("S, C", [(16 * 37 + 5, 16), (8, 8), (5, 16)], ids=["NC38", "NC1", "NC1_tail"])
 def test_splitscan_chunk_counts(S, C):
     """splitscan's scan carries the state across its groups of 16 chunks; a single chunk has no
