@@ -179,11 +179,11 @@ def test_folded_variants_on_dot_sized_tiles(variant, case):
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
                     has_z=has_z, has_d=has_d, seed=S + N + R)
     # split's chunk kernel with its per-token and per-rank tiles here and the Z gate's terms in the
-    # gate kernel, splitscan's with per-row loads and the terms in the chunk kernel; the state
-    # path's N tile below the chunk kernel's where N allows
+    # gate kernel, its state kernel a chunk's loads ahead; splitscan's with per-row loads and the
+    # terms in the chunk kernel; the state path's N tile below the chunk kernel's where N allows
+    split = variant.startswith("split_")
     _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n, "STATE_BLOCK_N": max(16, N // 2),
-                                     "ROW_TILES": variant.startswith("split_"),
-                                     "GATE_KERNEL": variant.startswith("split_")}), x)
+                                     "ROW_TILES": split, "GATE_KERNEL": split, "STATE_PREFETCH": split}), x)
 
 
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
@@ -192,7 +192,8 @@ def test_folded_variants_bf16_outputs(variant):
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
     x = make_inputs(1, 40, 2, 1, 16, 32, 4, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=3)
     _check(_launch(module, x, output_dtype=torch.bfloat16,
-                   point={"BLOCK_P": 32, "ROW_TILES": True, "GATE_KERNEL": True}), x, output_dtype=torch.bfloat16)
+                   point={"BLOCK_P": 32, "ROW_TILES": True, "GATE_KERNEL": True, "STATE_PREFETCH": True}), x,
+           output_dtype=torch.bfloat16)
 
 
 @pytest.mark.parametrize("variant", ["split_static_separate", "splitscan_static_separate"])
