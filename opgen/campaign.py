@@ -30,7 +30,8 @@ def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
     """A sink that appends each trial, winner, cross-check and fill measure to the tuning records
     as it happens (to the file ``path``, or through ``write``), the records of one call in one
     write (a trial's cases together); ``flush`` names the timing protocol's flush
-    (``records.FLUSHES``)."""
+    (``records.FLUSHES``). A call's ``holder`` (a bucket's claim) goes to ``write``, which writes
+    only while the claim holds (``RecordTable.append``)."""
     from . import records
 
     write = write or (lambda recs: records.append(path, recs))
@@ -44,8 +45,13 @@ def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
             common["fill_kernel_hash"] = hashes[fields_["fill_variant"]]
         return classes[kind](**common, **fields_)
 
-    def sink(kind: str, fields_: dict[str, Any] | list[dict[str, Any]]) -> None:
-        write([record(kind, f) for f in (fields_ if isinstance(fields_, list) else [fields_])])
+    def sink(kind: str, fields_: dict[str, Any] | list[dict[str, Any]],
+             holder: tuple[int, int] | None = None) -> None:
+        recs = [record(kind, f) for f in (fields_ if isinstance(fields_, list) else [fields_])]
+        if holder is None:
+            write(recs)
+        else:
+            write(recs, holder=holder)
     return sink
 
 

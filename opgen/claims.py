@@ -8,7 +8,10 @@ still at it (``running``, and where the records table stood then). A process ski
 finished since it started (by a process of the same campaign); one that finds a bucket claimed
 comes back to it after its own buckets, waits for the claim, and searches the bucket only if its
 holder stopped before finishing; its studies then resume what the holder measured. A holder that
-stopped between recording the bucket's winner and saying so finished it. A lost connection loses
+stopped between recording the bucket's winner and saying so finished it. The winner is written
+only while the claim holds (the records table checks the lock in the writing transaction): a
+holder whose claim went with its connection (a server restart) writes none, so the process that
+takes the bucket over decides it alone. A lost connection loses
 the claims with it, so it ends the campaign with a :class:`~opgen.errors.StorageError` (running
 the command again resumes it). Uses ``storage``, ``db_records``.
 """
@@ -55,6 +58,7 @@ class Claims:
             self._sql(f"SET {name} = {int(heartbeat)}")
         self._sql("SET tcp_keepalives_count = 3")
         self.started = self._sql("SELECT now()")[0][0]  # the server's clock, as the rows'
+        self.pid = self._sql("SELECT pg_backend_pid()")[0][0]  # the server process holding the claims
 
     def _run(self, fn: Any) -> Any:
         """``fn()``; a database error means the claims are gone: a StorageError says so."""
@@ -87,6 +91,12 @@ class Claims:
                 return False
             time.sleep(self.poll)
         return True
+
+    def holder(self, bucket: str) -> tuple[int, int]:
+        """The claim on ``bucket`` as the records table checks it before a write that only its
+        holder may make (``RecordTable.append``): (the server process of this connection, the
+        advisory lock's key)."""
+        return self.pid, advisory_key(f"opgen claim {bucket}")
 
     def release(self, bucket: str) -> None:
         """Give the claim on ``bucket`` back."""

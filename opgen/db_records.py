@@ -34,6 +34,18 @@ def create_table(conn: Any) -> None:
     conn.execute(sqlalchemy.text(f"CREATE INDEX IF NOT EXISTS {TABLE}_op_chip ON {TABLE} (op, chip, id)"))
 
 
+def _holds(conn: Any, pid: int, key: int) -> bool:
+    """Whether the server process ``pid`` holds the session advisory lock ``key`` (pg_locks shows
+    a bigint key as its high and low 32 bits, unsigned, with objsubid 1)."""
+    import sqlalchemy
+
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    return bool(conn.execute(sqlalchemy.text(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = :pid AND objsubid = 1 "
+        "AND classid::bigint = :hi AND objid::bigint = :lo"),
+        {"pid": pid, "hi": unsigned >> 32, "lo": unsigned & 0xFFFFFFFF}).first())
+
+
 class RecordTable:
     """The records table of the PostgreSQL storage ``url``."""
 
@@ -52,8 +64,10 @@ class RecordTable:
                                "stopped: run the same command again to resume it (every recorded trial "
                                "is kept, the one cut off is measured again)") from None
 
-    def append(self, records: Iterable[Record]) -> None:
-        """Append records, in order, in one transaction."""
+    def append(self, records: Iterable[Record], holder: tuple[int, int] | None = None) -> None:
+        """Append records, in order, in one transaction; with ``holder`` (a claim's server process
+        and advisory key, ``Claims.holder``) only while that process holds that lock, else
+        StorageError and nothing written."""
         import sqlalchemy
 
         rows = [{"op": r.op, "chip": r.chip, "line": r.line()} for r in records]
@@ -61,6 +75,10 @@ class RecordTable:
         def insert(conn: Any) -> None:  # one writer at a time: ids are committed in their order, so
             # a reader never sees a later row without the earlier ones
             conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(TABLE)})
+            if holder is not None and not _holds(conn, *holder):
+                raise StorageError(f"{shown(self.url)}: this process's claim on the bucket was lost before its "
+                                   "winner was recorded (nothing written); the campaign stopped: run the same "
+                                   "command again to resume it")
             conn.execute(sqlalchemy.text(f"INSERT INTO {TABLE} (op, chip, line) VALUES (:op, :chip, :line)"), rows)
         if rows:
             self._run(insert)

@@ -33,7 +33,7 @@ from .side_by_side import tie_break
 from .space import Point, Variant, forced_point
 from .worker import Result, Task, Worker
 
-Sink = Callable[[str, Any], None]
+Sink = Callable[..., None]  # (kind, fields) and, for a winner under a claim, holder=
 """The records writer: (kind, the fields of one record, or a list of them written together)."""
 
 __all__ = ["Campaign", "Sink", "CampaignConfig", "Settings", "Bucket", "StudyPlan", "Measured", "CrossCheck",
@@ -283,7 +283,10 @@ class Campaign:
             self.claims.check()  # still the holder: no other process decides this bucket
         if winner is not None:
             winner["study"] = self.study_name(group[0])
-            self.sink("winner", winner)
+            if self.claims is None:
+                self.sink("winner", winner)
+            else:  # written only while the claim holds, so a process that took the bucket over decides it alone
+                self.sink("winner", winner, holder=self.claims.holder(self.claim_name(group)))
         if self.claims is not None:
             self.claims.mark(self.claim_name(group), "done")
             self.claims.release(self.claim_name(group))

@@ -277,6 +277,40 @@ def test_a_bucket_whose_holder_died_after_recording_its_winner_is_not_decided_ag
         assert campaign.claims.left(bucket) == ("stopped" if taken else "finished")
 
 
+def test_a_winner_is_written_only_while_its_bucket_claim_holds(postgres_url):
+    """The records table writes a claim holder's winner while the claim holds, and refuses it
+    (writing nothing) once the claim is gone with its connection, as a server restart takes it: the
+    host that takes the bucket over then records the only winner."""
+    from opgen.claims import Claims
+    from opgen.db_records import RecordTable
+    from opgen.errors import StorageError
+    from opgen.records import WinnerRecord
+    from opgen.storage import open_storage
+
+    open_storage(postgres_url)  # the tables
+    table = RecordTable(postgres_url)
+    bucket = chip = f"guarded {time.monotonic_ns()}"
+
+    def winner(study):
+        return WinnerRecord(op="toy_op", chip=chip, toolchain={}, kernel_hash="k", key=(0,), case={"N": 50},
+                            variant="good", point={"BLOCK": 16}, study=study, date="2026-11-30", median_ms=1.0,
+                            remeasured_ms={}, margin=None, error={}, budget=None)
+
+    first = Claims(postgres_url)
+    assert first.take(bucket)
+    holder = first.holder(bucket)
+    table.append([winner("held")], holder=holder)
+    first.close()  # the claim goes with the connection
+    with pytest.raises(StorageError, match="claim on the bucket was lost"):
+        table.append([winner("lost")], holder=holder)
+    second = Claims(postgres_url)
+    assert second.take(bucket)
+    table.append([winner("taken over")], holder=second.holder(bucket))
+    second.close()
+    assert [r.study for r in table.read("toy_op", chip)] == ["held", "taken over"]
+    table.close()
+
+
 # --- a journal or SQLite file: one campaign at a time, or the shares of one split -------------
 _HOLD = ("import sys; from pathlib import Path; from opgen.storage import hold_campaign_lock; "
          "hold_campaign_lock(Path(sys.argv[1]), eval(sys.argv[2])); print('held', flush=True); sys.stdin.read()")
