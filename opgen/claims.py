@@ -11,9 +11,9 @@ holder stopped before finishing; its studies then resume what the holder measure
 stopped between recording the bucket's winner and saying so finished it. The winner is written
 only while the claim holds (the records table checks the lock in the writing transaction): a
 holder whose claim went with its connection (a server restart) writes none, so the process that
-takes the bucket over decides it alone. A lost connection loses
-the claims with it, so it ends the campaign with a :class:`~opgen.errors.StorageError` (running
-the command again resumes it). Uses ``storage``, ``db_records``.
+takes the bucket over decides it alone. A lost connection loses the claims with it, so it ends
+the campaign with a :class:`~opgen.errors.StorageError` (running the command again resumes it).
+Uses ``storage``, ``db_records``.
 """
 from __future__ import annotations
 
