@@ -35,8 +35,9 @@ def create_table(conn: Any) -> None:
 
 
 def _holds(conn: Any, pid: int, key: int) -> bool:
-    """Whether the server process ``pid`` holds the session advisory lock ``key`` (pg_locks shows
-    a bigint key as its high and low 32 bits, unsigned, with objsubid 1)."""
+    """Whether the server process ``pid`` holds the connection-level advisory lock ``key``
+    (pg_try_advisory_lock's; pg_locks shows a bigint key as its high and low 32 bits, unsigned,
+    with objsubid 1)."""
     import sqlalchemy
 
     unsigned = key & 0xFFFFFFFFFFFFFFFF
