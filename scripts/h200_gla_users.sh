@@ -4,15 +4,21 @@
 # the nearest fill, the tuned winners re-measured on the users_measure buckets, and the holdout
 # part against FLA again with the measured fill. Wheels in .whl/ (scripts/device_env.sh); keep
 # .tune/ between runs to resume. Records land in records/h200/ and OUT_DIR.
-# Usage: [DEVICES=cuda:0] bash scripts/h200_gla_users.sh OUT_DIR SECONDS TRIALS [VARIANTS]
-#   (VARIANTS: comma-separated, every legal variant by default)
+# Usage: [DEVICES=cuda:0] [STEPS="tune nearest measure measured"] bash scripts/h200_gla_users.sh OUT_DIR
+#   SECONDS TRIALS [VARIANTS]   (VARIANTS: comma-separated, every legal variant by default; STEPS: the
+#   steps to run, in that order, so a run can be spread over calls that each bring back the records
+#   file, copied to OUT_DIR every 15 s and at the end)
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
-devices=${DEVICES:-cuda:0,cuda:1}
+devices=${DEVICES:-cuda:0,cuda:1}; steps=" ${STEPS:-tune nearest measure measured} "
 source scripts/device_env.sh
 python3 -m opgen.cli build --check || exit 1
 python3 -m opgen.cli cases chunk_gla_fwd_o_gk --check || exit 1
 mkdir -p .tune "$out"
+records=records/h200/chunk_gla_fwd_o_gk.jsonl
+(while sleep 15; do [[ -f $records ]] && cp "$records" "$out/"; done) &
+keeper=$!
+trap 'kill $keeper 2>/dev/null; [[ -f $records ]] && cp "$records" "$out/"' EXIT
 tune=(python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --point-timeout 60 --compile-workers 8
       --no-progress --devices "$devices" --storage .tune/h200-chunk_gla_fwd_o_gk.journal)
 bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step
@@ -22,11 +28,15 @@ bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), on
         > "$out/bench_holdout_$1.log" 2>&1
     tail -3 "$out/bench_holdout_$1.log"
 }
-"${tune[@]}" --cases users_tune --trials "$trials" --study-seconds $((trials + 10)) --campaign-seconds "$seconds" \
-    ${variants:+--variants "$variants"} --cross-check > "$out/tune.log" 2>&1
-grep -v "A new study created" "$out/tune.log" | tail -50
-bench nearest
-"${tune[@]}" --cases users_measure --trials 0 --measure-fill > "$out/measure_fill.log" 2>&1
-tail -50 "$out/measure_fill.log"
-bench measured
-cp records/h200/chunk_gla_fwd_o_gk.jsonl "$out/"
+if [[ $steps == *" tune "* ]]; then
+    "${tune[@]}" --cases users_tune --trials "$trials" --study-seconds $((trials + 10)) --campaign-seconds "$seconds" \
+        ${variants:+--variants "$variants"} --cross-check > "$out/tune.log" 2>&1
+    grep -v "A new study created" "$out/tune.log" | tail -50
+fi
+[[ $steps == *" nearest "* ]] && bench nearest
+if [[ $steps == *" measure "* ]]; then
+    "${tune[@]}" --cases users_measure --trials 0 --measure-fill > "$out/measure_fill.log" 2>&1
+    tail -50 "$out/measure_fill.log"
+fi
+[[ $steps == *" measured "* ]] && bench measured
+exit 0
