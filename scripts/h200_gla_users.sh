@@ -16,9 +16,9 @@ python3 -m opgen.cli build --check || exit 1
 python3 -m opgen.cli cases chunk_gla_fwd_o_gk --check || exit 1
 mkdir -p .tune "$out"
 records=records/h200/chunk_gla_fwd_o_gk.jsonl
-(while sleep 15; do [[ -f $records ]] && cp "$records" "$out/"; done) &
+(while sleep 15; do if [[ -f $records ]]; then cp "$records" "$out/"; fi; done) &
 keeper=$!
-trap 'kill $keeper 2>/dev/null; [[ -f $records ]] && cp "$records" "$out/"' EXIT
+trap 'kill $keeper 2>/dev/null; if [[ -f $records ]]; then cp "$records" "$out/"; fi' EXIT
 tune=(python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --point-timeout 60 --compile-workers 8
       --no-progress --devices "$devices" --storage .tune/h200-chunk_gla_fwd_o_gk.journal)
 bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step
@@ -33,10 +33,9 @@ if [[ $steps == *" tune "* ]]; then
         ${variants:+--variants "$variants"} --cross-check > "$out/tune.log" 2>&1
     grep -v "A new study created" "$out/tune.log" | tail -50
 fi
-[[ $steps == *" nearest "* ]] && bench nearest
+if [[ $steps == *" nearest "* ]]; then bench nearest; fi
 if [[ $steps == *" measure "* ]]; then
     "${tune[@]}" --cases users_measure --trials 0 --measure-fill > "$out/measure_fill.log" 2>&1
     tail -50 "$out/measure_fill.log"
 fi
-[[ $steps == *" measured "* ]] && bench measured
-exit 0
+if [[ $steps == *" measured "* ]]; then bench measured; fi

@@ -9,7 +9,8 @@
 # Usage: bash scripts/h200_mamba3_vs_tilelang.sh OUT_DIR [CASES]   (CASES: "official official_z",
 # the default, or one of them). Env: BASELINES ("tilelang", or "tilelang tilelang_static" for the
 # build compiled per case too), DEVICES (one share of the cases per device), ROUNDS (2),
-# REPEAT (10), TILELANG_CACHE_DIR (/tmp/tilelang-cache).
+# REPEAT (10), TILELANG_CACHE_DIR (/tmp/tilelang-cache), PACK (a .tgz file: OUT_DIR packed into it after
+# each table, so a run cut short keeps the tables it finished).
 # Writes OUT_DIR/bench_BASELINE_SET.txt (the table), .json (every case, each output's agreement) and .log.
 set -uo pipefail
 out=${1:?output dir}; sets=${2:-official official_z}
@@ -29,5 +30,6 @@ for base in $baselines; do
             --rounds "${ROUNDS:-2}" --repeat "${REPEAT:-10}" ${DEVICES:+--devices "$DEVICES"} \
             --output "$out/bench_${base}_$set.txt" --json "$out/bench_${base}_$set.json" \
             2>&1 | tee "$out/bench_${base}_$set.log"
+        if [[ -n ${PACK:-} ]]; then tar czf "$PACK" -C "$(dirname "$out")" "$(basename "$out")"; fi
     done
 done
