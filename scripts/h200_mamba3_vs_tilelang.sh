@@ -21,6 +21,7 @@ export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
 python3 -m opgen.cli build --check || exit 1
 baselines=${BASELINES:-tilelang}
 static=""; [[ " $baselines " == *" tilelang_static "* ]] && static=--static
+[[ -n $static && " $baselines " != *" tilelang "* ]] && static=--static-only
 # shellcheck disable=SC2086  # $sets is a list of case-set names
 python3 scripts/tilelang_warm.py --cases $sets $static 2>&1 | tee "$out/tilelang_warm.log" \
     || echo "tilelang_warm.py failed: the bench compiles what is missing at its first call"
