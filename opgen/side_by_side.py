@@ -49,18 +49,21 @@ def remeasure(worker: Worker, task_of: Callable[..., Any], points_: Sequence[Poi
 
 def choose(spec: OpSpec, bucket: Bucket, by_variant: dict[str, list[Measured]], held: Point | None,
            settings: Settings, again: Remeasure,
-           budget: Callable[[Variant, Point, dict[str, Any], Any], dict[str, Any] | None]) -> dict[str, Any] | None:
+           budget: Callable[[Variant, Point, dict[str, Any], Any], dict[str, Any] | None],
+           default: Point | None = None) -> dict[str, Any] | None:
     """Re-measure (``again``) the best few of each variant side by side, with the ``held`` point
-    (the bucket's standing winner) whenever it measured correct, so a new winner has always met
-    it (the build's rule, :func:`opgen.table.held_winners`); return the winner record's fields
-    (``budget`` gives its on-chip bytes)."""
+    (the bucket's standing winner) and the spec's ``default`` point whenever they measured
+    correct, so a new winner has always met both (the build's rule for the standing winner,
+    :func:`opgen.table.held_winners`; a tuned row is never slower than the untuned choice it
+    replaces); return the winner record's fields (``budget`` gives its on-chip bytes)."""
     candidates: list[Point] = []
     for measured in by_variant.values():
         ok = sorted((m for m in measured if m.ok), key=lambda m: m.value)
         candidates.extend(m.point for m in ok[: settings.top_k])
-    if held is not None and held not in candidates and any(
-            m.point == held and m.ok for ms in by_variant.values() for m in ms):
-        candidates.append(held)
+    for kept in (held, default):
+        if kept is not None and kept not in candidates and any(
+                m.point == kept and m.ok for ms in by_variant.values() for m in ms):
+            candidates.append(kept)
     if not candidates:
         return None
     times = again(candidates, bucket)

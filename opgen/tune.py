@@ -145,9 +145,10 @@ class Campaign:
         return sbs.remeasure(self.worker, self._task, points_, bucket, self.settings)
 
     def choose(self, bucket: Bucket, by_variant: dict[str, list[Measured]],
-               held: Point | None = None) -> dict[str, Any] | None:
+               held: Point | None = None, default: Point | None = None) -> dict[str, Any] | None:
         """The bucket's winner (:func:`opgen.side_by_side.choose`), or None."""
-        return sbs.choose(self.spec, bucket, by_variant, held, self.settings, self.side_by_side, self._budget)
+        return sbs.choose(self.spec, bucket, by_variant, held, self.settings, self.side_by_side, self._budget,
+                          default)
 
     def cross_check(self, buckets_: list[Bucket], tuned: dict[tuple, Any], margin: float,
                     every: bool = False) -> list[CrossCheck]:
@@ -177,11 +178,14 @@ class Campaign:
             rivals: Iterable[StudyPlan] = (), standing: Mapping[tuple, Point] | None = None) -> list[dict[str, Any]]:
         """Run every study, bucket by bucket, each within its share of the campaign's time, and
         emit one winner per bucket; each study measures the spec's default and ``earlier`` winners
-        of its bucket first. The stored points of ``rivals`` (studies of variants this campaign
-        does not search) compete for their buckets too, and so does the ``standing`` winner of a
-        bucket (the row the table freezes now), measured again when no study of this run holds
-        it (a trial record numbered -1 in its variant's study): a narrower, shorter or
-        journal-less campaign loses nothing it had. Buckets without a standing winner go first.
+        of its bucket first, and the study holding the default runs first in its bucket. The
+        stored points of ``rivals`` (studies of variants this campaign does not search) compete
+        for their buckets too, and so do the ``standing`` winner of a bucket (the row the table
+        freezes now) and, when its variant is searched, the spec's default point, each measured
+        again when no study of this run holds it (a trial record numbered -1 in its variant's
+        study): a narrower, shorter or journal-less campaign loses nothing it had, and one that
+        searches the default's variant never freezes a row slower than the default. Buckets
+        without a standing winner go first.
         With claims, a bucket another process holds is skipped, then come back to at the end:
         once its claim is free, it is searched (resumed) unless its holder finished it."""
         from tqdm import tqdm
@@ -251,6 +255,9 @@ class Campaign:
         """Search one bucket's studies, then emit its winner (returned as a list of 0 or 1)."""
         if self.claims is not None:
             self.claims.mark(self.claim_name(group), "running")
+        rivals = list(rivals)
+        default = next((p.default for p in group if p.default is not None), None)  # its variant searched
+        group = sorted(group, key=lambda p: p.default is None)  # the default's study first
         by_variant: dict[str, list[Measured]] = {}
         for p in group:
             if time.monotonic() >= self.deadline:  # no time to search: what it holds competes
@@ -266,19 +273,20 @@ class Campaign:
             self._left -= bool(p.points)
             bar.update(1)
             bar.set_postfix_str(f"{p.variant.name} {len(by_variant[p.variant.name])} pts")
-        rivals = list(rivals)
         for p in rivals:
             by_variant.setdefault(p.variant.name, self.stored(p))
-        home = next((p for p in (*group, *rivals) if held is not None and p.variant.name == held.variant), None)
-        if home is not None and not any(m.point == held for ms in by_variant.values() for m in ms):
-            again = self.measure_batch([held], home.bucket)[0]
+        for kept, role in ((held, "standing winner"), (default, "default point")):
+            home = next((p for p in (*group, *rivals) if kept is not None and p.variant.name == kept.variant), None)
+            if home is None or any(m.point == kept for ms in by_variant.values() for m in ms):
+                continue
+            again = self.measure_batch([kept], home.bucket)[0]
             self._emit_trial(self.study_name(home), -1, home, again)  # -1: outside the search
             if not again.ok:
                 r = next(r for r in again.results if r.status != "ok")
-                print(f"standing winner {held.name()} of {group[0].bucket.key} failed again: {r.status} "
-                      f"{r.reason}", file=sys.stderr)
-            by_variant[held.variant] = [*by_variant.get(held.variant, []), again]
-        winner = self.choose(group[0].bucket, by_variant, held)
+                print(f"{role} {kept.name()} of {group[0].bucket.key} failed: {r.status} {r.reason}",
+                      file=sys.stderr)
+            by_variant[kept.variant] = [*by_variant.get(kept.variant, []), again]
+        winner = self.choose(group[0].bucket, by_variant, held, default)
         if self.claims is not None:
             self.claims.check()  # still the holder: no other process decides this bucket
         if winner is not None:

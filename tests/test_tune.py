@@ -438,7 +438,7 @@ def test_a_tight_campaign_shares_its_time_over_the_studies_left():
     campaign.settings, campaign.progress, campaign.pool = settings, False, []
     campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
     campaign.worker = SimpleNamespace(close=lambda kill=False: None)
-    campaign.choose = lambda bucket, by_variant, held=None: None
+    campaign.choose = lambda bucket, by_variant, held=None, default=None: None
     given = []
     campaign.run_study = lambda plan, enqueue, seconds: given.append((plan.variant.name, seconds)) or []
     plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name=v),
@@ -483,7 +483,7 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     again, chosen, emitted = [], {}, []
     campaign.measure_batch = lambda points_, bucket: again.append((bucket.key, points_)) or [measured(points_[0], 2.0)]
     campaign._emit_trial = lambda name, number, plan, m: emitted.append((name, number, m.point))
-    campaign.choose = lambda bucket, by_variant, held=None: chosen.setdefault(bucket.key, by_variant) and None
+    campaign.choose = lambda bucket, by_variant, held=None, default=None: chosen.setdefault(bucket.key, by_variant) and None
     plans = [SimpleNamespace(bucket=SimpleNamespace(key=(k,), params=({},)), variant=SimpleNamespace(name=v),
                              default=None, points=(1,)) for k in range(3) for v in ("fast", "slow")]
     standing = {(0,): pt("fast", 16), (1,): pt("fast", 16)}
@@ -494,6 +494,49 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     assert [m.point for m in chosen[(1,)]["fast"]] == [pt("fast", 32), pt("fast", 16)]
     assert [m.point for m in chosen[(1,)]["slow"]] == [pt("slow", 32)]
     assert sorted(chosen[(2,)]) == ["fast", "slow"]
+
+def test_the_default_point_runs_first_and_competes_when_its_study_had_no_time():
+    """A bucket's winner must never be slower than the spec's default choice it replaces in the
+    table: the study that holds the default runs first in its bucket, and a campaign out of time
+    before it measures the default alone (trial -1 of its study) and hands it to the side-by-side."""
+    from types import SimpleNamespace
+
+    from opgen import tune
+    from opgen.space import Point
+    from opgen.worker import Result
+
+    default = Point("dflt", (("BLOCK", 16),))
+
+    def measured(p: Point, ms: float) -> tune.Measured:
+        return tune.Measured(p, [Result("ok", median_ms=ms)])
+
+    campaign = tune.Campaign.__new__(tune.Campaign)
+    campaign.settings, campaign.progress, campaign.pool = tune.Settings(), False, []
+    campaign.spec, campaign.profile = SimpleNamespace(op="toy_op"), SimpleNamespace(name="interpreter")
+    campaign.worker = SimpleNamespace(close=lambda kill=False: None)
+    campaign.study_name = lambda plan: f"study of {plan.variant.name}"
+    campaign.stored = lambda plan: []
+    ran, again, emitted, chosen = [], [], [], []
+    campaign.run_study = lambda plan, enqueue, seconds: (ran.append((plan.variant.name, list(enqueue))) or [
+        measured(p, 2.0) for p in enqueue] + [measured(Point(plan.variant.name, (("BLOCK", 32),)), 3.0)])
+    campaign.measure_batch = lambda points_, bucket: again.append(points_) or [measured(points_[0], 1.0)]
+    campaign._emit_trial = lambda name, number, plan, m: emitted.append((name, number, m.point))
+    campaign.choose = lambda bucket, by_variant, held=None, default=None: chosen.append((by_variant, default))
+    bucket = SimpleNamespace(key=(0,), params=({},))
+    plans = [SimpleNamespace(bucket=bucket, variant=SimpleNamespace(name=v), default=default if v == "dflt" else None,
+                             points=(1,)) for v in ("searched", "dflt")]
+    campaign.deadline = time.monotonic() + 60.0
+    campaign.run(plans)
+    assert ran == [("dflt", [default]), ("searched", [])]  # the default's study first, the default enqueued
+    assert again == [] and chosen[-1][1] == default  # its study held it: not measured again
+    ran.clear()
+    campaign.deadline = time.monotonic() - 1.0  # out of time: no study runs
+    campaign.run(plans)
+    assert ran == [] and again == [[default]]
+    assert emitted == [("study of dflt", -1, default)]
+    by_variant, passed = chosen[-1]
+    assert passed == default and [m.point for m in by_variant["dflt"]] == [default] and by_variant["searched"] == []
+
 
 def test_cross_check_all_measures_every_other_winner_on_each_bucket(tmp_path):
     """With three winners (made distinct here, as a real campaign's would be), each bucket's own
@@ -554,3 +597,11 @@ def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
     measured["a"][3] = tune.Measured(pts[3], [Result("wrong_result", "rel_l2=1")])
     campaign.choose(bucket, measured, held=pts[3])
     assert seen[-1] == pts[:3]
+    # the spec's default point joins the same way: a tuned row has always met the default it replaces
+    default = Point("b", (("BLOCK", 256),))
+    measured["b"] = [tune.Measured(Point("b", (("BLOCK", 8),)), [Result("ok", median_ms=0.5)]),
+                     tune.Measured(Point("b", (("BLOCK", 4),)), [Result("ok", median_ms=0.6)]),
+                     tune.Measured(Point("b", (("BLOCK", 2),)), [Result("ok", median_ms=0.7)]),
+                     tune.Measured(default, [Result("ok", median_ms=0.9)])]
+    campaign.choose(bucket, measured, default=default)
+    assert default in seen[-1] and len(seen[-1]) == 7
