@@ -206,7 +206,8 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
     for point in points:
         kind, parts = space.budget_parts(spec, variant, point.config, params, profile("ascend910b3"))
         assert kind == "ub_bytes" and set(parts) == {"pre", "aux", "post", "folded", "split_state", "split_chunk",
-                                                     "split_gate", "splitscan_increment", "splitscan_scan", "scan"}
+                                                     "split_gate", "split_reduce", "splitscan_increment",
+                                                     "splitscan_scan", "scan"}
         assert parts["aux"] == parts["post"] == parts["folded"] == 0
         assert space.budget_bytes(spec, variant, point.config, params, profile("ascend910b3")) == (kind, max(parts.values()))
     # the aux path's own kernel counts; the pre-processing kernel alone is over at C=64, N=256
