@@ -34,7 +34,9 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
     timeout or running out of device memory: the workers share the device and the host, so a slow
     point (a large case, a long compile) may only have waited for the others, and one case's
     inputs and golden in every worker may fill the device together; such a point is measured again
-    alone, under the same timeout, and a real hang costs two timeouts."""
+    alone, under the same timeout, and a real hang costs two timeouts. After an out-of-memory the
+    pool's workers are stopped first (each keeps its cases' inputs and goldens on the device) and
+    start again with the next batch."""
     if not pool or len(points_) < 2:
         return [measure_one(p, bucket) for p in points_]
     import queue
@@ -58,6 +60,9 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
         checked = list(threads.map(compile_one, tasks))
     finally:  # interrupted: the tasks not started never start
         threads.shutdown(wait=True, cancel_futures=True)
+    if any(out_of_memory(r) for r in checked):
+        for worker in pool:
+            worker.close()
     out = []
     n = len(bucket.cases)
     for i, point in enumerate(points_):

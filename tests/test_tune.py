@@ -379,8 +379,9 @@ def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
 
 def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_final():
     """The compile workers share the host and the device: a point that timed out or ran out of
-    device memory among them is measured again alone; a crash or a wrong result there is final
-    (not measured twice)."""
+    device memory among them is measured again alone (after an out-of-memory, with the pool's
+    workers stopped, so their cases no longer fill the device); a crash or a wrong result there is
+    final (not measured twice)."""
     from opgen import tune
     from opgen.space import Point
     from opgen.worker import Result
@@ -390,10 +391,14 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
     alone = {"slow": "ok", "hang": "timeout", "fine": "ok", "big": "ok", "huge": "crash"}
     oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     serial_calls = []
+    closed = []
 
     class Pool:
         def start(self):  # the real workers start their process from the compiling thread
             pass
+
+        def close(self):  # frees the device memory of the cases it keeps
+            closed.append(list(serial_calls))
 
         def run(self, task, timeout):
             name, timed = task
@@ -421,6 +426,7 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
     assert [r.status for r in measured["crash"].results] == ["crash"]
     # out of device memory among the workers: measured again alone; alone too, a crash
     assert measured["big"].ok and [r.status for r in measured["huge"].results] == ["crash"]
+    assert closed == [[], []]  # both pool workers stopped before any point ran alone
 
 
 def test_a_tight_campaign_shares_its_time_over_the_studies_left():
