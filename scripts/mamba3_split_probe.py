@@ -93,7 +93,7 @@ def grid(row: dict, defaults_only: bool = False, precisions: tuple[str, ...] = (
     if defaults_only:
         base = default_point(row)
         names = list(vary or {})
-        limit = {"BLOCK_N": row["N"], "STATE_BLOCK_N": row["N"], "BLOCK_P": row["P"]}
+        limit = {"BLOCK_N": row["N"], "STATE_BLOCK_N": row["N"], "BLOCK_P": row["P"], "STATE_BLOCK_P": row["P"]}
         extra = {tuple(min(v, limit.get(k, v)) for k, v in zip(names, vals))
                  for vals in itertools.product(*(vary or {}).values())}
         extra = [dict(zip(names, vals)) for vals in sorted(extra)]
@@ -309,6 +309,7 @@ def main() -> None:
         print(f"{line['case']:<24} {tl or 0:9.3f} {line['whole_ms']:8.3f} {ratio} {parts['state']:7.3f} "
               f"{parts['chunk']:7.3f} {parts['reduce']:7.3f} {line['best_each']['state']:7.3f} "
               f"{line['best_each']['chunk']:7.3f}  BN{p['BLOCK_N']} SN{p.get('STATE_BLOCK_N', p['BLOCK_N'])} BP{p['BLOCK_P']} "
+              f"SP{p.get('STATE_BLOCK_P', p['BLOCK_P'])} R{p.get('CHUNK_MAXNREG', 0)} "
               f"w{p['num_warps']} s{p['num_stages']} {p.get('DOT_PRECISION')} "
               f"{'tiles' if p.get('ROW_TILES') else 'rows'} maxerr {max(line['err'].values()):.1e}")
     statics = [line for line in summary if line.get("tilelang_static_ms") and "whole_ms" in line]
