@@ -47,8 +47,8 @@ def test_npu_kernels_accepted_by_ascend_front_end(variant, dtype, has_z):
 @pytest.mark.parametrize("variant", ["split_static_separate", "splitscan_static_separate"])
 def test_npu_split_gate_and_row_tiles_accepted_by_ascend_front_end(variant):
     """split's chunk kernel with per-token and per-rank tiles storing raw_y, its gate kernel, and a
-    state path on N tiles narrower and P tiles wider than the chunk kernel's (split's loading a
-    chunk ahead)."""
+    state path on N tiles narrower and P tiles wider than the chunk kernel's, its blocks formed
+    transposed (split's loading a chunk ahead)."""
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.npu.{variant}")
     B, S, H, G, N, P, R, C = 2, 40, 4, 2, 32, 32, 4, 16
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, dtype=torch.bfloat16, has_z=True, seed=0)
@@ -57,8 +57,8 @@ def test_npu_split_gate_and_row_tiles_accepted_by_ascend_front_end(variant):
     outs = dict(states=torch.empty(B, H, NC, N, P, **f32), qk_dot=torch.empty(B, H, S, R, R, **f32),
                 dmimo_o=torch.empty(B, H, R, P, **f32), dmimo_z=torch.empty(B, H, R, P, **f32),
                 dz=torch.empty(B, S, H, P, **f32))
-    point = {"BLOCK_P": 16, "BLOCK_N": 32, "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 32, "ROW_TILES": True,
-             "GATE_KERNEL": True, "STATE_PREFETCH": True, "multibuffer": True}
+    point = {"BLOCK_P": 16, "BLOCK_N": 32, "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 32, "STATE_TRANSPOSED": True,
+             "ROW_TILES": True, "GATE_KERNEL": True, "STATE_PREFETCH": True, "multibuffer": True}
     calls = module.kernel_calls(**x, **outs, num_programs=20, point=point)
     assert any(kernel.__name__.endswith("_gate_kernel") for kernel, *_ in calls)
     for kernel, _grid, kwargs, options in calls:

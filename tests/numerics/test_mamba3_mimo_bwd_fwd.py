@@ -181,12 +181,13 @@ def test_folded_variants_on_dot_sized_tiles(variant, case):
     # split's chunk kernel with its per-token and per-rank tiles here and the Z gate's terms in the
     # gate kernel, its state kernel a chunk's loads ahead; splitscan's with per-row loads and the
     # terms in the chunk kernel; the state path's N tile below the chunk kernel's where N allows, its
-    # P tile the whole P where the chunk kernel's is below it, else half of it (16 at least)
+    # P tile the whole P where the chunk kernel's is below it, else half of it (16 at least), its
+    # blocks formed transposed (as they are not in test_folded_variants_bf16_outputs)
     split = variant.startswith("split_")
     state_p = P if block_p < P else max(16, P // 2)
     _check(_launch(module, x, point={"BLOCK_P": block_p, "BLOCK_N": block_n, "STATE_BLOCK_N": max(16, N // 2),
-                                     "STATE_BLOCK_P": state_p, "ROW_TILES": split, "GATE_KERNEL": split,
-                                     "STATE_PREFETCH": split}), x)
+                                     "STATE_BLOCK_P": state_p, "STATE_TRANSPOSED": True, "ROW_TILES": split,
+                                     "GATE_KERNEL": split, "STATE_PREFETCH": split}), x)
 
 
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
