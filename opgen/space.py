@@ -239,43 +239,61 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
     """The feasible points of ``variant`` for one shape on one chip, and what was cut.
 
     Points are the cross product of the backend's domains, with the variant's fixed tunables
-    substituted (duplicates dropped), filtered by the spec's constraints, then by the budget.
+    substituted (duplicates dropped), filtered by the spec's constraints, then by the budget. The
+    product runs over the free tunables' domains alone; the combinations a fixed tunable makes
+    equal are counted as duplicates without being formed.
     """
     names = spec.tunables_for(profile.backend)
     fixed = fixed_values(spec, variant, params)
     domain_backend = profile.rendering
-    seen: set[tuple[Any, ...]] = set()
+    domains = [spec.tunables[n].domain[domain_backend] for n in names]
+    choices = [[fixed[n]] if n in fixed else list(dict.fromkeys(domain)) for n, domain in zip(names, domains)]
+    total = math.prod(len(d) for d in domains)
     kept: list[Point] = []
-    total = dup = constrained = over = 0
+    constrained = over = 0
+    dup = total - math.prod(len(c) for c in choices)
     reasons: dict[str, int] = {}
     env_base = {**params, **variant.flags}
-    for combo in itertools.product(*(spec.tunables[n].domain[domain_backend] for n in names)):
-        total += 1
-        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
-        if values in seen:
-            dup += 1
-            continue
-        seen.add(values)
+    constraints = [(c.source, _Memo(c, env_base, names)) for c in spec.constraints]
+    formula = budget_formula(spec, profile)
+    if formula is not None:
+        kind, formulas = formula
+        limit = profile.budget(kind)
+        parts = [(part, _Memo(expr, env_base, names)) for part, expr in formulas.items()]
+    for values in itertools.product(*choices):
         config = dict(zip(names, values))
-        env = {**env_base, **config}
-        failed = next((c.source for c in spec.constraints if not c.evaluate(env)), None)
+        failed = next((source for source, c in constraints if not c(config)), None)
         if failed is not None:
             constrained += 1
             reasons[failed] = reasons.get(failed, 0) + 1
             continue
-        used = budget_parts(spec, variant, config, params, profile)
-        if used is not None:
-            limit = profile.budget(used[0])
-            over_parts = [name for name, n in used[1].items() if n > limit]
+        if formula is not None:
+            over_parts = [part for part, f in parts if _bytes(spec, profile, kind, part, f(config)) > limit]
             if over_parts:
                 over += 1
-                key = f"{used[0]}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
+                key = f"{kind}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
                 reasons[key] = reasons.get(key, 0) + 1
                 continue
         kept.append(Point(variant.name, tuple(zip(names, values))))
     count = SpaceCount(variant.name, total, dup, constrained, over, len(kept),
                        tuple(sorted(reasons.items())))
     return tuple(kept), count
+
+
+class _Memo:
+    """A formula's value at a point, evaluated once for each combination of the tunables it reads
+    (the rest of its environment, the shape's params and the variant's flags, is fixed)."""
+
+    def __init__(self, expr: Expr, env_base: Mapping[str, Any], tunables: Iterable[str]) -> None:
+        self.expr, self.env_base = expr, env_base
+        self.reads = tuple(n for n in expr.names if n in set(tunables))
+        self.values: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, config: Mapping[str, Any]) -> Any:
+        key = tuple(config[n] for n in self.reads)
+        if key not in self.values:
+            self.values[key] = self.expr.evaluate({**self.env_base, **config})
+        return self.values[key]
 
 
 def default_point(spec: OpSpec, profile: ChipProfile, params: Mapping[str, Any]) -> Point:

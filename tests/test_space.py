@@ -77,6 +77,45 @@ def test_fixed_tunables_collapse_duplicates(gla):
     assert count.duplicates > 0
 
 
+def test_points_are_the_whole_cross_product_filtered_but_formulas_run_once_per_reading(gla, monkeypatch):
+    """The points and counts are those of the whole cross product (fixed tunables substituted,
+    duplicates dropped, constraints then the budget), yet no duplicate is formed and each
+    constraint or budget formula runs once for each combination of the tunables it reads."""
+    import itertools
+
+    chip = profile("ascend910b3")
+    params = _params(gla, B=1, T=4096, H=16, K=128, V=128, chunk_size=64, dtype="float16")
+    variant = space.find_variant(gla, "fp32_general_persistent")
+    names = gla.tunables_for(chip.backend)
+    fixed = space.fixed_values(gla, variant, params)
+    kind, formulas = space.budget_formula(gla, chip)
+    seen, want, constrained, over = set(), [], 0, 0
+    for combo in itertools.product(*(gla.tunables[n].domain[chip.rendering] for n in names)):
+        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
+        if values in seen:
+            continue
+        seen.add(values)
+        env = {**params, **variant.flags, **dict(zip(names, values))}
+        if not all(c.evaluate(env) for c in gla.constraints):
+            constrained += 1
+        elif max(f.evaluate(env) for f in formulas.values()) > chip.budget(kind):
+            over += 1
+        else:
+            want.append(values)
+    calls = []
+    evaluate = space.Expr.evaluate
+    monkeypatch.setattr(space.Expr, "evaluate", lambda self, env: calls.append(self) or evaluate(self, env))
+    points, count = space.points(gla, variant, chip, params)
+    assert [p.values for p in points] == [tuple(zip(names, v)) for v in want]
+    assert (count.duplicates, count.constrained, count.over_budget) == (
+        count.total - len(seen), constrained, over) and count.duplicates > 0 and over > 0
+
+    def readings(expr):  # the distinct combinations of the free tunables a formula reads
+        return len({tuple(v for n, v in zip(names, values) if n in expr.names) for values in seen})
+    checked = (*gla.constraints, *formulas.values())
+    assert sum(c in checked for c in calls) <= sum(readings(e) for e in checked) < len(seen)
+
+
 def test_constraints_prune_oversized_tiles(gla):
     params = _params(gla, B=1, T=64, H=2, K=32, V=32, chunk_size=32, dtype="float16")
     variant = space.find_variant(gla, "fold_general_tiled")
