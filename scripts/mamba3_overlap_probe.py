@@ -38,13 +38,12 @@ def default_variant_point(row: dict) -> tuple[str, dict]:
     return point.variant, dict(point.config)
 
 
-def together(first: list, second: list, after: list = ()) -> None:
-    """Launch ``after``, then ``first`` on the current stream and ``second`` on a side stream
+def together(side: torch.cuda.Stream, first: list, second: list, after: list = ()) -> None:
+    """Launch ``after``, then ``first`` on the current stream and ``second`` on the stream ``side``
     started with it; the current stream waits for both."""
     main = torch.cuda.current_stream()
     for kernel, grid, kwargs, options in after:
         kernel[grid](**kwargs, **options)
-    side = together.side
     side.wait_stream(main)
     for kernel, grid, kwargs, options in first:
         kernel[grid](**kwargs, **options)
@@ -75,7 +74,7 @@ def main() -> None:
     with cf.ProcessPoolExecutor(args.workers, mp_context=torch.multiprocessing.get_context("spawn")) as pool:
         for (row, _, variant), status in zip(jobs, pool.map(compile_job, jobs)):
             print(f"{tag(row)} {variant}: {status}", flush=True)
-    together.side = torch.cuda.Stream()
+    side = torch.cuda.Stream()
     lines = []
     with open(args.out, "w") as f:
         for row in rows:
@@ -91,11 +90,11 @@ def main() -> None:
             state, chunk, rest = launches[:i_chunk], launches[i_chunk:i_chunk + 1], launches[i_chunk + 1:]
             line = dict(case=tag(row), variant=variant, point=point, alone=alone,
                         serial=bench(lambda: run(launches)),
-                        overlap=bench(lambda: (together(state, chunk), run(rest))))
+                        overlap=bench(lambda: (together(side, state, chunk), run(rest))))
             if "scan" in names:
                 inc = [c for c, n in zip(launches, names) if n == "increment"]
                 scan = [c for c, n in zip(launches, names) if n == "scan"]
-                line["scan_overlap"] = bench(lambda: (together(scan, chunk, after=inc), run(rest)))
+                line["scan_overlap"] = bench(lambda: (together(side, scan, chunk, after=inc), run(rest)))
             f.write(json.dumps(line) + "\n")
             f.flush()
             lines.append(line)
