@@ -286,7 +286,8 @@ class _Memo:
 
     def __init__(self, expr: Expr, env_base: Mapping[str, Any], tunables: Iterable[str]) -> None:
         self.expr, self.env_base = expr, env_base
-        self.reads = tuple(n for n in expr.names if n in set(tunables))
+        tunables = set(tunables)
+        self.reads = tuple(n for n in expr.names if n in tunables)
         self.values: dict[tuple[Any, ...], Any] = {}
 
     def __call__(self, config: Mapping[str, Any]) -> Any:

@@ -27,13 +27,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 OP = "mamba3_mimo_bwd_fwd"
 
 
-def default_variant_point(row: dict) -> tuple[str, dict]:
+def default_variant_point(spec, row: dict) -> tuple[str, dict]:
     """The spec's H200 default for the case: its variant's name and point."""
     from opgen import space
     from opgen.hardware import profile
-    from opgen.spec import load_spec
 
-    spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
     point = space.default_point(spec, profile("h200"), space.evaluate_params(spec, space.case_inputs(spec, row)))
     return point.variant, dict(point.config)
 
@@ -42,18 +40,16 @@ def together(side: torch.cuda.Stream, first: list, second: list, after: list = (
     """Launch ``after``, then ``first`` on the current stream and ``second`` on the stream ``side``
     started with it; the current stream waits for both."""
     main = torch.cuda.current_stream()
-    for kernel, grid, kwargs, options in after:
-        kernel[grid](**kwargs, **options)
+    run(after)
     side.wait_stream(main)
-    for kernel, grid, kwargs, options in first:
-        kernel[grid](**kwargs, **options)
+    run(first)
     with torch.cuda.stream(side):
-        for kernel, grid, kwargs, options in second:
-            kernel[grid](**kwargs, **options)
+        run(second)
     main.wait_stream(side)
 
 
 def run(launches: list) -> None:
+    """Launch ``launches`` in order on the current stream."""
     for kernel, grid, kwargs, options in launches:
         kernel[grid](**kwargs, **options)
 
@@ -70,15 +66,14 @@ def main() -> None:
     args = parser.parse_args()
     spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
     rows = [dict(r) for name in args.cases for r in spec.cases[name]]
-    jobs = [(row, point, variant) for row in rows for variant, point in [default_variant_point(row)]]
+    jobs = [(row, point, variant) for row in rows for variant, point in [default_variant_point(spec, row)]]
     with cf.ProcessPoolExecutor(args.workers, mp_context=torch.multiprocessing.get_context("spawn")) as pool:
         for (row, _, variant), status in zip(jobs, pool.map(compile_job, jobs)):
             print(f"{tag(row)} {variant}: {status}", flush=True)
     side = torch.cuda.Stream()
     lines = []
     with open(args.out, "w") as f:
-        for row in rows:
-            variant, point = default_variant_point(row)
+        for row, point, variant in jobs:
             x = inputs(row)
             outs = outputs(x)
             launches = calls(variant, x, outs, point)
