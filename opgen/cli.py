@@ -218,6 +218,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     rows = spec.expand_cases(args.cases)
     if args.set:
         rows = _with_values(spec, rows, args.set)
+    if args.where:
+        rows = _where(rows, args.where, args.cases)
     if args.merge:
         generated = compare.generated_hash(root, spec.op)
         merged, toolchain = _merged(rows, [Path(f) for f in args.merge], generated)
@@ -252,6 +254,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         _write_json(Path(args.json), args, generated, toolchain, results)
     _print_table(results, args, _provenance(spec.op, generated, toolchain))
     return 0
+
+
+def _where(rows: list[dict], formula: str, cases: str) -> list[dict]:
+    """The rows of which ``formula`` (a spec formula over a case's fields) is true.
+
+    Raises:
+        ExprError: the formula is malformed or reads a name no case has.
+        UsageError: no case passes.
+    """
+    from .errors import UsageError
+    from .expr import parse
+
+    test = parse(formula)
+    kept = [row for row in rows if test.evaluate(row)]
+    if not kept:
+        raise UsageError(f"--where {formula!r}: none of the {len(rows)} cases of {cases!r} passes")
+    return kept
 
 
 def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
@@ -491,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--repeat", type=int, default=50)
     bench_p.add_argument("--seed", type=int, default=0)
     bench_p.add_argument("--output", help="also write the table to this file")
+    bench_p.add_argument("--where", metavar="FORMULA",
+                         help="run only the cases for which this formula of their fields is true (e.g. 'chunk_size >= 16')")
     bench_p.add_argument("--shard", help="K/N: run only the K-th of N shares of the cases")
     bench_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
     bench_p.add_argument("--json", help="also write the results as JSON (what --merge reads; with --devices, the merged results)")

@@ -139,3 +139,24 @@ def test_run_case_measures_each_outputs_agreement_with_the_baseline(monkeypatch)
     assert math.isclose(r.agree["dmimo_o"], 0.01 / 1.01, rel_tol=1e-4)
     assert all(v == 0.0 for name, v in r.agree.items() if name != "dmimo_o")
     assert worst_agreement(r.agree) == f"dmimo_o {0.01 / 1.01:.2e}"
+
+
+def test_bench_where_keeps_the_cases_its_formula_passes(tmp_path, capsys):
+    """--where filters the case set by a formula of each case's fields, before any shard or merge;
+    a formula no case passes, or one naming no field, is refused."""
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    rows = spec.expand_cases("official")
+    ids = [case_id(row) for row in rows if row["chunk_size"] >= 16 and row["N"] != 256]
+    assert 0 < len(ids) < len(rows)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(dict(op=spec.op, generated=generated_hash(ROOT, spec.op), toolchain={"device": "NVIDIA H200"},
+                                    results=[dataclasses.asdict(_result(c)) for c in ids])))
+    base = ["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official"]
+    assert cli.main([*base, "--where", "chunk_size >= 16 and N != 256", "--merge", str(path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines[1:1 + len(ids)]] == ids
+    assert lines[1 + len(ids)].startswith("geomean speedup")
+    assert cli.main([*base, "--where", "chunk_size > 64", "--merge", str(path)]) != 0
+    assert "none of the 11 cases of 'official' passes" in capsys.readouterr().err
+    assert cli.main([*base, "--where", "rank == 4", "--merge", str(path)]) != 0
+    assert "rank" in capsys.readouterr().err

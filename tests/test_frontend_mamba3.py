@@ -48,7 +48,8 @@ def test_npu_kernels_accepted_by_ascend_front_end(variant, dtype, has_z):
 def test_npu_split_gate_and_row_tiles_accepted_by_ascend_front_end(variant):
     """split's chunk kernel with per-token and per-rank tiles storing raw_y, its gate kernel, and a
     state path on N tiles narrower and P tiles wider than the chunk kernel's, its blocks formed
-    transposed (split's loading a chunk ahead)."""
+    transposed (split's loading a chunk ahead and its chunk kernel multiplying the rotation halves
+    apart)."""
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.npu.{variant}")
     B, S, H, G, N, P, R, C = 2, 40, 4, 2, 32, 32, 4, 16
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, dtype=torch.bfloat16, has_z=True, seed=0)
@@ -58,7 +59,8 @@ def test_npu_split_gate_and_row_tiles_accepted_by_ascend_front_end(variant):
                 dmimo_o=torch.empty(B, H, R, P, **f32), dmimo_z=torch.empty(B, H, R, P, **f32),
                 dz=torch.empty(B, S, H, P, **f32))
     point = {"BLOCK_P": 16, "BLOCK_N": 32, "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 32, "STATE_TRANSPOSED": True,
-             "ROW_TILES": True, "GATE_KERNEL": True, "STATE_PREFETCH": True, "multibuffer": True}
+             "ROW_TILES": True, "GATE_KERNEL": True, "STATE_PREFETCH": True, "multibuffer": True,
+             "CHUNK_HALVES": variant.startswith("split_")}
     calls = module.kernel_calls(**x, **outs, num_programs=20, point=point)
     assert any(kernel.__name__.endswith("_gate_kernel") for kernel, *_ in calls)
     for kernel, _grid, kwargs, options in calls:

@@ -190,6 +190,16 @@ def test_folded_variants_on_dot_sized_tiles(variant, case):
                                      "GATE_KERNEL": split, "STATE_PREFETCH": split}), x)
 
 
+@pytest.mark.parametrize("variant", ["split_static_separate", "splitscan_static_separate"])
+def test_split_chunk_products_on_rotation_halves(variant):
+    """CHUNK_HALVES: the chunk kernel's products over N on each block's halves apart (16 columns
+    each), a rotated block then one that passes through (N64, divisor 4), a tail, GQA, Z and D."""
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{variant}")
+    x = make_inputs(1, 36, 2, 2, 64, 32, 2, chunk_size=8, rotary_dim_divisor=4, dtype=torch.bfloat16,
+                    has_z=True, has_d=True, seed=11)
+    _check(_launch(module, x, point={"BLOCK_P": 32, "BLOCK_N": 32, "CHUNK_HALVES": True}), x)
+
+
 @pytest.mark.parametrize("variant", ["fold_static_separate", "split_static_separate", "splitscan_static_separate"])
 def test_folded_variants_bf16_outputs(variant):
     """split reads its entering states from an fp32 copy when the outputs are narrower."""
