@@ -251,7 +251,7 @@ def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winn
     from .space import default_point
 
     others = {k: w for k, w in tuned.items() if k != key}
-    row = next((r for r in fill_nearest(spec, chip, others) if r.key == key), None)
+    row = next(iter(fill_nearest(spec, chip, others, only=key)), None)
     if row is not None:
         return row.variant, row.point, f"from {row.source!r}"
     point = default_point(spec, chip, params)
@@ -441,8 +441,10 @@ def _free_fields(spec: OpSpec) -> dict[int, str | None]:
     return out
 
 
-def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord]) -> list[Row]:
-    """Rows for untuned keys that differ from tuned ones only in bucketed fields.
+def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                 only: Key | None = None) -> list[Row]:
+    """Rows for untuned keys that differ from tuned ones only in bucketed fields (with ``only``,
+    the row of that key alone, if it gets one).
 
     For each assignment of the categorical fields among ``tuned``, every combination of bucket
     indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
@@ -468,7 +470,7 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
         for combo in itertools.product(*(range(n) for n in counts)):
             slots, rest = dict(zip(bucketed, combo)), iter(cat)
             target = tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
-            if target in tuned:
+            if target in tuned or (only is not None and target != only):
                 continue
             for src in sorted(groups[cat], key=_nearest(bucketed, target)):
                 if reach is not None and sum(abs(src[i] - target[i]) for i in bucketed) > reach:

@@ -82,3 +82,21 @@ def test_long_lines_wrap_inside_brackets_into_valid_python():
     wrapped = wrap_line(message, 50)
     assert all(len(s) <= 50 for s in wrapped)
     assert ast.dump(ast.parse("\n".join(wrapped).strip())) == ast.dump(ast.parse(message.strip()))
+
+
+def test_a_fill_for_one_key_is_that_keys_row_of_the_whole_fill():
+    """fill_nearest(..., only=key), what a leave-one-out check asks, gives the row the fill of every
+    key gives that key, or none where that fill gives none (the GLA H200 records, each tuned key
+    left out in turn)."""
+    from opgen.table import fill_nearest, fresh_winners
+
+    spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
+    fresh = fresh_winners(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    assert len(fresh) >= 4
+    filled = 0
+    for key in sorted(fresh)[::max(1, len(fresh) // 6)]:
+        others = {k: w for k, w in fresh.items() if k != key}
+        whole = [r for r in fill_nearest(spec, chip, others) if r.key == key]
+        assert fill_nearest(spec, chip, others, only=key) == whole
+        filled += bool(whole)
+    assert filled >= 1
