@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import BuildError, SpecError, UnsupportedInput
 from .expr import Expr
@@ -249,32 +250,49 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
     domains = [spec.tunables[n].domain[domain_backend] for n in names]
     choices = [[fixed[n]] if n in fixed else list(dict.fromkeys(domain)) for n, domain in zip(names, domains)]
     total = math.prod(len(d) for d in domains)
-    kept: list[Point] = []
-    constrained = over = 0
     dup = total - math.prod(len(c) for c in choices)
     reasons: dict[str, int] = {}
     env_base = {**params, **variant.flags}
     constraints = [(c.source, _Memo(c, env_base, names)) for c in spec.constraints]
+    # Which constraint a combination fails first depends only on the tunables the constraints
+    # read: decide that on their product, each outcome standing for every value of the others.
+    read = [i for i, n in enumerate(names) if any(n in c.names for c in spec.constraints)]
+    rest = [i for i in range(len(names)) if i not in read]
+    each = math.prod(len(choices[i]) for i in rest)
+    passed: list[tuple[int, ...]] = []
+    constrained = 0
+    values: list[Any] = [None] * len(names)
+    for picks in itertools.product(*(range(len(choices[i])) for i in read)):
+        for i, k in zip(read, picks):
+            values[i] = choices[i][k]
+        failed = next((source for source, c in constraints if not c(values)), None)
+        if failed is None:
+            passed.append(picks)
+        else:
+            constrained += each
+            reasons[failed] = reasons.get(failed, 0) + each
+    # the combinations that pass (as indices into choices), in the order of the whole product
+    order = read + rest
+    unorder = operator.itemgetter(*(order.index(i) for i in range(len(names))))
+    others = list(itertools.product(*(range(len(choices[i])) for i in rest)))
+    combos = sorted(unorder(picks + more) for picks in passed for more in others)
     formula = budget_formula(spec, profile)
+    parts: list[tuple[str, _Memo]] = []
     if formula is not None:
         kind, formulas = formula
         limit = profile.budget(kind)
         parts = [(part, _Memo(expr, env_base, names)) for part, expr in formulas.items()]
-    for values in itertools.product(*choices):
-        config = dict(zip(names, values))
-        failed = next((source for source, c in constraints if not c(config)), None)
-        if failed is not None:
-            constrained += 1
-            reasons[failed] = reasons.get(failed, 0) + 1
+    kept: list[Point] = []
+    over = 0
+    for combo in combos:
+        point = tuple(map(list.__getitem__, choices, combo))
+        over_parts = [part for part, f in parts if _bytes(spec, profile, kind, part, f(point)) > limit]
+        if over_parts:
+            over += 1
+            key = f"{kind}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
+            reasons[key] = reasons.get(key, 0) + 1
             continue
-        if formula is not None:
-            over_parts = [part for part, f in parts if _bytes(spec, profile, kind, part, f(config)) > limit]
-            if over_parts:
-                over += 1
-                key = f"{kind}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
-                reasons[key] = reasons.get(key, 0) + 1
-                continue
-        kept.append(Point(variant.name, tuple(zip(names, values))))
+        kept.append(Point(variant.name, tuple(zip(names, point))))
     count = SpaceCount(variant.name, total, dup, constrained, over, len(kept),
                        tuple(sorted(reasons.items())))
     return tuple(kept), count
@@ -284,16 +302,17 @@ class _Memo:
     """A formula's value at a point, evaluated once for each combination of the tunables it reads
     (the rest of its environment, the shape's params and the variant's flags, is fixed)."""
 
-    def __init__(self, expr: Expr, env_base: Mapping[str, Any], tunables: Iterable[str]) -> None:
+    def __init__(self, expr: Expr, env_base: Mapping[str, Any], tunables: Sequence[str]) -> None:
         self.expr, self.env_base = expr, env_base
-        tunables = set(tunables)
-        self.reads = tuple(n for n in expr.names if n in tunables)
-        self.values: dict[tuple[Any, ...], Any] = {}
+        self.reads = [(i, n) for i, n in enumerate(tunables) if n in expr.names]
+        self.key = operator.itemgetter(*(i for i, _ in self.reads)) if self.reads else (lambda values: ())
+        self.values: dict[Any, Any] = {}
 
-    def __call__(self, config: Mapping[str, Any]) -> Any:
-        key = tuple(config[n] for n in self.reads)
+    def __call__(self, values: Sequence[Any]) -> Any:
+        """The value where the tunables (in the order given at construction) take ``values``."""
+        key = self.key(values)
         if key not in self.values:
-            self.values[key] = self.expr.evaluate({**self.env_base, **config})
+            self.values[key] = self.expr.evaluate({**self.env_base, **{n: values[i] for i, n in self.reads}})
         return self.values[key]
 
 
