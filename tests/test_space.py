@@ -116,6 +116,28 @@ def test_points_are_the_whole_cross_product_filtered_but_formulas_run_once_per_r
     assert sum(c in checked for c in calls) <= sum(readings(e) for e in checked) < len(seen)
 
 
+def test_each_constrained_combination_counts_under_the_first_constraint_it_fails(gla):
+    import itertools
+
+    chip = profile("h200")
+    params = _params(gla, B=1, T=64, H=2, K=32, V=32, chunk_size=32, dtype="float16")
+    variant = space.find_variant(gla, "fold_general_tiled")
+    names = gla.tunables_for(chip.backend)
+    fixed = space.fixed_values(gla, variant, params)
+    seen, first = set(), {}
+    for combo in itertools.product(*(gla.tunables[n].domain[chip.rendering] for n in names)):
+        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
+        if values not in seen:
+            seen.add(values)
+            env = {**params, **variant.flags, **dict(zip(names, values))}
+            failed = next((c.source for c in gla.constraints if not c.evaluate(env)), None)
+            if failed is not None:
+                first[failed] = first.get(failed, 0) + 1
+    _, count = space.points(gla, variant, chip, params)
+    assert len(first) >= 2 and count.constrained == sum(first.values())
+    assert {k: v for k, v in count.reasons if k in first} == first
+
+
 def test_constraints_prune_oversized_tiles(gla):
     params = _params(gla, B=1, T=64, H=2, K=32, V=32, chunk_size=32, dtype="float16")
     variant = space.find_variant(gla, "fold_general_tiled")
