@@ -242,7 +242,8 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
     Points are the cross product of the backend's domains, with the variant's fixed tunables
     substituted (duplicates dropped), filtered by the spec's constraints, then by the budget. The
     product runs over the free tunables' domains alone; the combinations a fixed tunable makes
-    equal are counted as duplicates without being formed.
+    equal are counted as duplicates without being formed, and the constraints are decided on the
+    product of the tunables they read.
     """
     names = spec.tunables_for(profile.backend)
     fixed = fixed_values(spec, variant, params)
@@ -273,7 +274,8 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
             reasons[failed] = reasons.get(failed, 0) + each
     # the combinations that pass (as indices into choices), in the order of the whole product
     order = read + rest
-    unorder = operator.itemgetter(*(order.index(i) for i in range(len(names))))
+    inv = [order.index(i) for i in range(len(names))]
+    unorder = operator.itemgetter(*inv) if len(inv) > 1 else (lambda full: tuple(full[j] for j in inv))
     others = list(itertools.product(*(range(len(choices[i])) for i in rest)))
     combos = sorted(unorder(picks + more) for picks in passed for more in others)
     formula = budget_formula(spec, profile)
