@@ -1,5 +1,6 @@
 """The search space: variants, legality, constraints, budgets and the spec's default choice."""
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,19 @@ def gla():
 
 def _params(spec, **row):
     return space.evaluate_params(spec, space.case_inputs(spec, row))
+
+
+def _distinct_combinations(spec, variant, chip, params):
+    """Brute force: each distinct combination of the whole cross product of the chip's domains
+    (fixed tunables substituted), in product order, with its formula environment."""
+    names = spec.tunables_for(chip.backend)
+    fixed = space.fixed_values(spec, variant, params)
+    seen = set()
+    for combo in itertools.product(*(spec.tunables[n].domain[chip.rendering] for n in names)):
+        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
+        if values not in seen:
+            seen.add(values)
+            yield values, {**params, **variant.flags, **dict(zip(names, values))}
 
 
 def test_variants_per_rendering(gla):
@@ -81,21 +95,14 @@ def test_points_are_the_whole_cross_product_filtered_but_formulas_run_once_per_r
     """The points and counts are those of the whole cross product (fixed tunables substituted,
     duplicates dropped, constraints then the budget), yet no duplicate is formed and each
     constraint or budget formula runs once for each combination of the tunables it reads."""
-    import itertools
-
     chip = profile("ascend910b3")
     params = _params(gla, B=1, T=4096, H=16, K=128, V=128, chunk_size=64, dtype="float16")
     variant = space.find_variant(gla, "fp32_general_persistent")
     names = gla.tunables_for(chip.backend)
-    fixed = space.fixed_values(gla, variant, params)
     kind, formulas = space.budget_formula(gla, chip)
-    seen, want, constrained, over = set(), [], 0, 0
-    for combo in itertools.product(*(gla.tunables[n].domain[chip.rendering] for n in names)):
-        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
-        if values in seen:
-            continue
-        seen.add(values)
-        env = {**params, **variant.flags, **dict(zip(names, values))}
+    seen, want, constrained, over = [], [], 0, 0
+    for values, env in _distinct_combinations(gla, variant, chip, params):
+        seen.append(values)
         if not all(c.evaluate(env) for c in gla.constraints):
             constrained += 1
         elif max(f.evaluate(env) for f in formulas.values()) > chip.budget(kind):
@@ -117,22 +124,14 @@ def test_points_are_the_whole_cross_product_filtered_but_formulas_run_once_per_r
 
 
 def test_each_constrained_combination_counts_under_the_first_constraint_it_fails(gla):
-    import itertools
-
     chip = profile("h200")
     params = _params(gla, B=1, T=64, H=2, K=32, V=32, chunk_size=32, dtype="float16")
     variant = space.find_variant(gla, "fold_general_tiled")
-    names = gla.tunables_for(chip.backend)
-    fixed = space.fixed_values(gla, variant, params)
-    seen, first = set(), {}
-    for combo in itertools.product(*(gla.tunables[n].domain[chip.rendering] for n in names)):
-        values = tuple(fixed.get(n, v) for n, v in zip(names, combo))
-        if values not in seen:
-            seen.add(values)
-            env = {**params, **variant.flags, **dict(zip(names, values))}
-            failed = next((c.source for c in gla.constraints if not c.evaluate(env)), None)
-            if failed is not None:
-                first[failed] = first.get(failed, 0) + 1
+    first = {}
+    for _, env in _distinct_combinations(gla, variant, chip, params):
+        failed = next((c.source for c in gla.constraints if not c.evaluate(env)), None)
+        if failed is not None:
+            first[failed] = first.get(failed, 0) + 1
     _, count = space.points(gla, variant, chip, params)
     assert len(first) >= 2 and count.constrained == sum(first.values())
     assert {k: v for k, v in count.reasons if k in first} == first
