@@ -215,11 +215,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     spec = _op_spec(root, args.op)
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
-    rows = spec.expand_cases(args.cases)
+    rows = spec.expand_cases(args.cases, where=args.where)
     if args.set:
         rows = _with_values(spec, rows, args.set)
-    if args.where:
-        rows = _where(rows, args.where, args.cases)
     if args.merge:
         generated = compare.generated_hash(root, spec.op)
         merged, toolchain = _merged(rows, [Path(f) for f in args.merge], generated)
@@ -256,23 +254,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _where(rows: list[dict], formula: str, cases: str) -> list[dict]:
-    """The rows of which ``formula`` (a spec formula over a case's fields) is true.
-
-    Raises:
-        ExprError: the formula is malformed or reads a name no case has.
-        UsageError: no case passes.
-    """
-    from .errors import UsageError
-    from .expr import parse
-
-    test = parse(formula)
-    kept = [row for row in rows if test.evaluate(row)]
-    if not kept:
-        raise UsageError(f"--where {formula!r}: none of the {len(rows)} cases of {cases!r} passes")
-    return kept
-
-
 def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
     """``rows`` with the ``NAME=VALUE`` words of ``--set`` in each, the repeats left out."""
     from .explain import parse_values
@@ -288,8 +269,9 @@ def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
 def _write_json(path: Path, args: argparse.Namespace, generated: str, toolchain: dict[str, str],
                 results: list) -> None:
     """A bench shard's results as ``--merge`` and ``opgen report`` read them (every CaseResult
-    field, agreement too), with the baseline and case set they ran."""
-    path.write_text(json.dumps(dict(op=args.op, baseline=args.baseline, cases=args.cases, generated=generated,
+    field, agreement too), with the baseline, case set and ``--where`` formula they ran."""
+    path.write_text(json.dumps(dict(op=args.op, baseline=args.baseline, cases=args.cases, where=args.where,
+                                    generated=generated,
                                     toolchain=toolchain, results=[dataclasses.asdict(r) for r in results])))
 
 

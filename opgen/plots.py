@@ -73,7 +73,7 @@ def speed(run: BenchRun, op: str, path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlim(0, right)
     ax.set_xlabel(f"speed-up over {run.baseline} ({run.baseline} time / ours, median device time)")
-    ax.set_title(f"{op} vs {run.baseline}, case set {run.cases}: "
+    ax.set_title(f"{op} vs {run.baseline}, case set {run.case_set}: "
                  f"{run.good}/{len(results)} cases at >= {GOOD}x", fontsize=10)
     ax.legend(handles=[*lines, *patches], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     _save(fig, path)
@@ -94,7 +94,7 @@ def error(run: BenchRun, op: str, path: Path) -> None:
     ax.set_yticks(ys, [r.case for r in results], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("rel. L2 error of the first output against the float64 golden (log scale)")
-    ax.set_title(f"{op} vs {run.baseline}, case set {run.cases}: error no worse than "
+    ax.set_title(f"{op} vs {run.baseline}, case set {run.case_set}: error no worse than "
                  f"{run.baseline} on {run.error_no_worse}/{len(results)}", fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     _save(fig, path)

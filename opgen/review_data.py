@@ -49,6 +49,12 @@ class BenchRun:
     generated: str
     toolchain: dict[str, str]
     results: tuple[CaseResult, ...]
+    where: str | None = None  # the formula the run's cases passed (``opgen bench --where``)
+
+    @property
+    def case_set(self) -> str:
+        """The case set, with the formula that kept part of it."""
+        return self.cases if self.where is None else f"{self.cases} where {self.where}"
 
     @property
     def speedups(self) -> list[float]:
@@ -118,23 +124,28 @@ def bench_runs(root: Path, spec: OpSpec, chip: ChipProfile) -> list[BenchRun]:
             raise OpgenError(f"{where}: baseline {entry['baseline']!r} and case set {entry['cases']!r} must be "
                              f"among the spec's ({sorted(spec.baselines)}; {sorted(spec.cases)})")
         files = [root / "benchmarks" / f for f in entry["json"]]
-        results, toolchain, generated = read_shards(spec.expand_cases(entry["cases"]), files)
-        meta = [_json_head(f) for f in files]
-        for f, head in zip(files, meta):
-            for name in ("op", "baseline", "cases"):
-                want = spec.op if name == "op" else entry[name]
+        for f in files:
+            head = _json_head(f)
+            for name in ("op", "baseline", "cases", "where"):
+                want = spec.op if name == "op" else entry.get(name)
                 if name in head and head[name] != want:
                     raise OpgenError(f"{f}: {name} {head[name]!r}, but {where} says {want!r}")
+        rows = spec.expand_cases(entry["cases"], where=entry.get("where"))
+        results, toolchain, generated = read_shards(rows, files)
         out.append(BenchRun(entry["baseline"], entry["cases"], _text(entry.get("commit")),
                             _text(entry.get("command")), tuple(entry["json"]), entry.get("table"),
-                            generated, toolchain, tuple(results)))
+                            generated, toolchain, tuple(results), entry.get("where")))
     return out
 
 
 def _json_head(path: Path) -> dict[str, Any]:
-    """The fields of a bench JSON file other than its results."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if k != "results"}
+    """The fields of a bench JSON file other than its results (none for a file that is no JSON
+    object: :func:`opgen.compare.read_shards` names that problem)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if k != "results"} if isinstance(data, dict) else {}
 
 
 def _text(value: Any) -> str | None:
@@ -393,7 +404,7 @@ def gather(root: Path, spec: OpSpec, chip: ChipProfile, storage: str | None = No
                          f"and no benchmark run of it in {RUNS}")
     hashes = kernel_hashes(root, spec, chip.rendering)
     table = frozen_rows(spec, chip, path, hashes)
-    cases = [row for run in runs for row in spec.expand_cases(run.cases)]
+    cases = [row for run in runs for row in spec.expand_cases(run.cases, where=run.where)]
     studies = studies_from_storage(spec, chip, storage, hashes) if storage else studies_from_records(spec, chip, path, hashes)
     return ReviewData(spec, chip, path, table, runs, tuning_campaigns(root, chip, spec),
                       headroom(root, spec, chip, table, cases), studies, storage,

@@ -101,7 +101,7 @@ def _speed(data: ReviewData, run: BenchRun, image: str) -> str:
     write_flush = (f"{_geomean([r.base_dirty_ms / r.ours_dirty_ms for r in dirty]):.3f}x geomean over "
                    f"{len(dirty)} cases" if dirty else "not recorded")
     lines = [
-        f"## Speed against {run.baseline} ({run.cases}, {len(run.results)} cases)",
+        f"## Speed against {run.baseline} ({run.case_set}, {len(run.results)} cases)",
         "",
         f"- Measured on {_toolchain(run.toolchain)}, {code}.",
         f"- Source: {sources}" + (f" ({len(run.files)} shards joined in the case set's order)"
@@ -134,7 +134,7 @@ def _error(spec: OpSpec, run: BenchRun, image: str) -> str:
     rows = "\n".join(f"| {r.case} | {r.ours_ms:.4f} | {r.base_ms:.4f} | {r.speedup:.3f}x | {r.ours_err:.2e} | "
                      f"{r.base_err:.2e} |" for r in run.results)
     return "\n".join([
-        f"## Error against the float64 golden, beside {run.baseline}'s ({run.cases})",
+        f"## Error against the float64 golden, beside {run.baseline}'s ({run.case_set})",
         "",
         f"Rel. L2 of the first output (`{first}`) against the float64 golden, from the same run: ours "
         f"{min(ours):.2e}..{max(ours):.2e}, {run.baseline} {min(base):.2e}..{max(base):.2e}; ours no worse on "

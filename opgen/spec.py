@@ -15,7 +15,7 @@ import yaml
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema,
                       model_validator)
 
-from .errors import ExprError, SpecError
+from .errors import ExprError, SpecError, UsageError
 from .expr import Expr, parse
 from .spec_values import UniqueKeyLoader, check_values, of_kind, value_kinds
 
@@ -305,8 +305,15 @@ class OpSpec(_Model):
             return tuple(n for n, t in self.tunables.items() if "npu" in t.domain and t.role != "launch")
         return tuple(n for n, t in self.tunables.items() if backend in t.domain)
 
-    def expand_cases(self, name: str) -> list[dict[str, Scalar]]:
-        """The named case set with list values expanded to their cross product, in order."""
+    def expand_cases(self, name: str, where: str | None = None) -> list[dict[str, Scalar]]:
+        """The named case set with list values expanded to their cross product, in order; with
+        ``where`` (a formula of a case's fields), only the cases it passes.
+
+        Raises:
+            SpecError: no such case set.
+            ExprError: ``where`` is malformed or reads a name no case has.
+            UsageError: no case passes ``where``.
+        """
         if name not in self.cases:
             raise SpecError(self.path, f"cases.{name}", f"one of {sorted(self.cases)}", name)
         out: list[dict[str, Scalar]] = []
@@ -314,7 +321,13 @@ class OpSpec(_Model):
             keys = list(row)
             values = [v if isinstance(v, tuple) else (v,) for v in row.values()]
             out.extend(dict(zip(keys, combo)) for combo in itertools.product(*values))
-        return out
+        if where is None:
+            return out
+        test = parse(where)
+        kept = [row for row in out if test.evaluate(row)]
+        if not kept:
+            raise UsageError(f"where {where!r}: none of the {len(out)} cases of {name!r} passes")
+        return kept
 
 
 _LOC_NOISE = {"[key]", "bool", "int", "float", "str"}

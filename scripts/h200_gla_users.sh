@@ -7,7 +7,8 @@
 # Usage: [DEVICES=cuda:0] [STEPS="tune nearest measure measured"] bash scripts/h200_gla_users.sh OUT_DIR
 #   SECONDS TRIALS [VARIANTS]   (VARIANTS: comma-separated, every legal variant by default; STEPS: the
 #   steps to run, in that order, so a run can be spread over calls that each bring back the records
-#   file, copied to OUT_DIR every 15 s and at the end)
+#   file, copied to OUT_DIR every 15 s and at the end; WARM_PROCS: processes compiling the benchmark's
+#   kernels before it is timed, 0 by default)
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
 devices=${DEVICES:-cuda:0,cuda:1}; steps=" ${STEPS:-tune nearest measure measured} "
@@ -21,8 +22,16 @@ keeper=$!
 trap 'kill $keeper 2>/dev/null; if [[ -f $records ]]; then cp "$records" "$out/"; fi' EXIT
 tune=(python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --point-timeout 60 --compile-workers 8
       --no-progress --devices "$devices" --storage .tune/h200-chunk_gla_fwd_o_gk.journal)
-bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step
+bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step:
+    # both compiled first (FLA's autotuning configs too) by WARM_PROCS processes, one share each
     python3 -m opgen.cli build > "$out/build_$1.log" 2>&1 || { tail "$out/build_$1.log"; exit 1; }
+    local procs=${WARM_PROCS:-0} k
+    for ((k = 0; k < procs; k++)); do
+        python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
+            --rounds 1 --warmup 0 --repeat 1 --device "${devices%%,*}" --shard "$k/$procs" \
+            > "$out/warm_$1_$k.log" 2>&1 &
+    done
+    wait
     python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
         --devices "$devices" --json "$out/bench_holdout_$1.json" --output "$out/bench_holdout_$1.txt" \
         > "$out/bench_holdout_$1.log" 2>&1

@@ -156,3 +156,27 @@ def test_bench_runs_refuse_an_index_that_does_not_match_its_json(tmp_path):
     (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
     with pytest.raises(OpgenError, match="returned no result for"):
         bench_runs(tmp_path, spec, profile("h200"))
+
+
+def test_bench_runs_join_the_cases_an_entrys_where_keeps(tmp_path):
+    """An entry with ``where`` joins a JSON holding only the cases its formula passes, and its page
+    names the formula; a JSON written under another formula is refused."""
+    from opgen.errors import OpgenError
+    from opgen.review_data import bench_runs
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    logs = tmp_path / "benchmarks" / "logs"
+    logs.mkdir(parents=True)
+    shard = json.loads((ROOT / "benchmarks" / "logs" / "h200_mamba3_vs_tilelang_official_1824579.json").read_text())
+    kept = [r for r, row in zip(shard["results"], spec.expand_cases("official")) if row["R"] == 4]
+    assert 0 < len(kept) < len(shard["results"])
+    (logs / "run.json").write_text(json.dumps(dict(shard, results=kept, where="R == 4")))
+    entry = {"baseline": "tilelang", "cases": "official", "where": "R == 4", "json": ["logs/run.json"]}
+    (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump({"h200": {spec.op: {"bench": [entry]}}}))
+    (run,) = bench_runs(tmp_path, spec, profile("h200"))
+    assert [r.case for r in run.results] == [r["case"] for r in kept]
+    assert run.case_set == "official where R == 4"
+    entry["where"] = "R >= 4"
+    (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump({"h200": {spec.op: {"bench": [entry]}}}))
+    with pytest.raises(OpgenError, match="run.json: where 'R == 4'"):
+        bench_runs(tmp_path, spec, profile("h200"))
