@@ -39,6 +39,41 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
     start again with the next batch."""
     if not pool or len(points_) < 2:
         return [measure_one(p, bucket) for p in points_]
+    out = []
+    for point, failed in zip(points_, _check_on_pool(pool, task_of, points_, bucket, timeout)):
+        final = failed is not None and failed.status != "timeout" and not out_of_memory(failed)
+        out.append(Measured(point, [failed]) if final else measure_one(point, bucket))
+    return out
+
+
+def check_batch(pool: Sequence[Worker], worker: Worker, task_of: TaskOf, points_: list[Point], bucket: Bucket,
+                timeout: float) -> list[Result | None]:
+    """Compile and check several points on every case of a bucket, untimed: per point, its first
+    failure or None. In parallel on ``pool`` first, as :func:`measure_batch` does (a timeout or
+    out-of-memory there is checked again alone on ``worker``), else one by one on ``worker``."""
+
+    def alone(point: Point) -> Result | None:
+        for case in bucket.cases:
+            result = worker.run(task_of(point, case, timed=False), timeout)
+            if result.status != "ok":
+                return result
+        return None
+
+    if not pool or len(points_) < 2:
+        return [alone(p) for p in points_]
+    out = []
+    for point, failed in zip(points_, _check_on_pool(pool, task_of, points_, bucket, timeout)):
+        again = failed is not None and (failed.status == "timeout" or out_of_memory(failed))
+        out.append(alone(point) if again else failed)
+    return out
+
+
+def _check_on_pool(pool: Sequence[Worker], task_of: TaskOf, points_: list[Point], bucket: Bucket,
+                   timeout: float) -> list[Result | None]:
+    """Each point's first failure (None: every case passed) on the bucket's cases, compiled and
+    checked untimed in parallel on the pool's workers; after an out-of-memory the pool's workers
+    are stopped (each keeps its cases' inputs and goldens on the device) and start again with the
+    next batch."""
     import queue
     from concurrent.futures import ThreadPoolExecutor
 
@@ -63,13 +98,8 @@ def measure_batch(pool: Sequence[Worker], measure_one: Callable[[Point, Bucket],
     if any(out_of_memory(r) for r in checked):
         for worker in pool:
             worker.close()
-    out = []
     n = len(bucket.cases)
-    for i, point in enumerate(points_):
-        failed = next((r for r in checked[i * n:(i + 1) * n] if r.status != "ok"), None)
-        final = failed is not None and failed.status != "timeout" and not out_of_memory(failed)
-        out.append(Measured(point, [failed]) if final else measure_one(point, bucket))
-    return out
+    return [next((r for r in checked[i * n:(i + 1) * n] if r.status != "ok"), None) for i in range(len(points_))]
 
 
 def out_of_memory(result: Result) -> bool:

@@ -23,10 +23,11 @@ from .spec import OpSpec
 
 @dataclass(frozen=True)
 class FillMeasure:
-    """One untuned bucket's candidates and their times (inf: failed there), fastest first."""
+    """One untuned bucket's candidates and their times (inf: failed there, for the reason given),
+    fastest first."""
 
     key: Key
-    times: tuple[tuple[str, Point, float], ...]  # (source, point, ms)
+    times: tuple[tuple[str, Point, float, str], ...]  # (source, point, ms, reason)
 
     @property
     def best(self) -> tuple[str, Point, float] | None:
@@ -50,11 +51,14 @@ def run_name(date: str, pool: list[tuple[Key, Point]], buckets_: list[Bucket]) -
 
 
 def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tuned: Mapping[Key, Any],
-                 run: str, again: Callable[[list[Point], Bucket], dict[Point, float]],
+                 run: str, check: Callable[[list[Point], Bucket], dict[Point, str]],
+                 again: Callable[[list[Point], Bucket], dict[Point, float]],
                  sink: Callable[[str, dict[str, Any]], None]) -> list[FillMeasure]:
-    """Re-measure (``again``: geomean over a bucket's cases of interleaved runs) every candidate
-    on each bucket of ``buckets_`` that no winner holds, where it is legal and fits every case
-    of the bucket; one ``measure`` record per point (``run``: :func:`run_name`)."""
+    """On each bucket of ``buckets_`` that no winner holds, every candidate that is legal there
+    and fits every case of the bucket: compiled and checked on its cases (``check``: per point,
+    the reason it failed, empty if it passed), then the ones that passed re-measured side by side
+    (``again``: geomean over the bucket's cases of interleaved runs); one ``measure`` record per
+    point (``run``: :func:`run_name`), a failed one with its reason."""
     from .table import fits_case
 
     pool = candidates(spec, profile, tuned)
@@ -65,14 +69,18 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
         here = [(k, p) for k, p in pool if all(fits_case(spec, profile, tuned[k], params) for params in bucket.params)]
         if not here:
             continue
-        times = again([p for _, p in here], bucket)
+        failed = check([p for _, p in here], bucket)
+        passed = [p for _, p in here if not failed[p]]
+        times = again(passed, bucket) if passed else {}
+        rows = []
         for key, point in here:
+            ms = times.get(point, math.inf)
+            reason = failed[point] or ("" if math.isfinite(ms) else "failed when timed")
             sink("measure", dict(key=list(bucket.key), case=bucket.cases[0], variant=point.variant,
-                                 point=point.config, study=tuned[key].study,
-                                 ms=times[point] if math.isfinite(times[point]) else None,
-                                 source=f"winner of {key!r}", run=run))
-        ranked = sorted(((f"winner of {k!r}", p, times[p]) for k, p in here), key=lambda t: (t[2], t[0]))
-        out.append(FillMeasure(bucket.key, tuple(ranked)))
+                                 point=point.config, study=tuned[key].study, ms=ms if math.isfinite(ms) else None,
+                                 source=f"winner of {key!r}", run=run, reason=reason))
+            rows.append((f"winner of {key!r}", point, ms, reason))
+        out.append(FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0])))))
     return out
 
 
@@ -81,7 +89,8 @@ def fill_report(spec: OpSpec, results: list[FillMeasure]) -> str:
     lines = [f"{'ms':>11}  candidate (the build fills each bucket with the fastest)"]
     for r in results:
         lines.append(f"{key_text(spec, r.key)}:")
-        lines.extend(f"  {ms:>9.4f}  {source}: {point.name()}" for source, point, ms in r.times)
+        lines.extend(f"  {ms:>9.4f}  {source}: {point.name()}" + (f" ({reason.splitlines()[0][:160]})" if reason else "")
+                     for source, point, ms, reason in r.times)
     if not results:
         lines.append("no untuned bucket in the case set, or no tuned winner legal there")
     return "\n".join(lines)

@@ -149,6 +149,7 @@ class _Record:
 
     KIND: ClassVar[str] = ""
     CONVERT: ClassVar[dict[str, Conv]] = {}
+    DEFAULTS: ClassVar[dict[str, Any]] = _DEFAULTS
 
     def __post_init__(self) -> None:
         for name, conv in self.CONVERT.items():
@@ -176,7 +177,7 @@ class _Record:
                 got = {k: data.get(k) for k in wanted} if isinstance(data, dict) else data
                 raise RecordError(f"expected a JSON object with {wanted}, got {got!r}")
             names = {*wanted, *cls.CONVERT}
-            data = {**{k: v for k, v in _DEFAULTS.items() if k in names}, **data}
+            data = {**{k: v for k, v in cls.DEFAULTS.items() if k in names}, **data}
             if set(data) != names:
                 raise RecordError(f"{cls.KIND} record: missing keys {sorted(names - set(data))}, "
                                   f"unknown keys {sorted(set(data) - names)}")
@@ -266,16 +267,24 @@ class MeasureRecord(_Record):
     kernel, the bucket's key and first case) re-measured there side by side with the other
     candidates of one run (``opgen tune --measure-fill``): the measured step of the table's fill.
 
-    ``ms`` is the geomean over the bucket's cases (None: the point failed there); ``source``
-    names the key whose winner the point is; ``run`` names the run, whose records alone compare.
+    ``ms`` is the geomean over the bucket's cases (None: the point failed there, ``reason`` says
+    how: the status and message of its first failing case); ``source`` names the key whose winner
+    the point is; ``run`` names the run, whose records alone compare.
     """
 
     ms: float | None
     source: str
     run: str
+    reason: str = field(default="", kw_only=True)  # lines written before it had none
 
     KIND: ClassVar[str] = "measure"
-    CONVERT: ClassVar[dict[str, Conv]] = dict(_COMMON, ms=_opt(_num), source=_str, run=_str)
+    CONVERT: ClassVar[dict[str, Conv]] = dict(_COMMON, ms=_opt(_num), source=_str, run=_str, reason=_str)
+    DEFAULTS: ClassVar[dict[str, Any]] = {**_DEFAULTS, "reason": ""}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ms is not None and self.reason:
+            raise RecordError(f"measure record: reason: expected empty for a point that ran, got {self.reason!r}")
 
 
 Record = TrialRecord | WinnerRecord | CheckRecord | MeasureRecord

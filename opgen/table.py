@@ -163,10 +163,15 @@ def _point_problem(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: M
 
 def _fits(spec: OpSpec, chip: ChipProfile, variant_name: str, point: Mapping[str, Any],
           params: Mapping[str, Any]) -> tuple[bool, bool]:
-    """Whether the variant is legal for ``params``, and whether the point fits the chip's budget."""
+    """Whether the variant is legal for ``params`` with this point, and whether the point fits the
+    chip's budget. Legal takes the variant's ``when`` and the tunables it fixes: a point holds the
+    values they evaluate to at ``params`` (vloop's one K tile of pow2(K) columns, tuned at K = 64,
+    cannot stand for K = 96, where that kernel's tile would not cover K)."""
     variant = find_variant(spec, variant_name)
     used = budget_bytes(spec, variant, point, params, chip)
-    return is_legal(spec, variant, params), used is None or used[1] <= chip.budget(used[0])
+    legal = is_legal(spec, variant, params) and all(
+        point.get(name, value) == value for name, value in fixed_values(spec, variant, params).items())
+    return legal, used is None or used[1] <= chip.budget(used[0])
 
 
 def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any]) -> bool:

@@ -87,6 +87,13 @@ class Campaign:
         return measure_mod.measure_batch(self.pool, self.measure, self._task, points_, bucket,
                                          self.settings.point_timeout)
 
+    def check(self, points_: list[Point], bucket: Bucket) -> dict[Point, str]:
+        """Each point compiled and checked on the bucket's cases, untimed, in parallel where the
+        campaign has compiling workers: the status and reason of its first failure, or ''."""
+        found = measure_mod.check_batch(self.pool, self.worker, self._task, points_, bucket,
+                                        self.settings.point_timeout)
+        return {p: "" if r is None else f"{r.status}: {r.reason}" for p, r in zip(points_, found)}
+
     def _budget(self, variant: Variant, point: Point, params: dict[str, Any],
                 result: Result | None = None) -> dict[str, Any] | None:
         return measure_mod.budget_record(self.spec, self.profile, variant, point, params,
@@ -164,7 +171,7 @@ class Campaign:
         """The measure step of the fill on the untuned buckets (:func:`opgen.measure_fill.measure_fill`);
         the workers are closed again afterwards."""
         try:
-            return measure_fill_mod.measure_fill(self.spec, self.profile, buckets_, tuned, run,
+            return measure_fill_mod.measure_fill(self.spec, self.profile, buckets_, tuned, run, self.check,
                                                  self.side_by_side, self.sink)
         finally:
             self.close()

@@ -31,9 +31,12 @@ def test_a_tuned_shape_names_its_winner_and_cross_check():
 
 
 def test_a_filled_shape_names_the_tuned_bucket_it_comes_from():
-    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=32")
+    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=64")
     assert out["row"] == "filled" and out["filled_from"] == out["winner"]["bucket"] != out["bucket"]
-    assert "filled from the tuned bucket" in text(out)
+    assert out["filled_by"] == "nearest" and "filled from the tuned bucket" in text(out)
+    # a bucket next to one the measure step filled takes that bucket's row
+    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=32")
+    assert out["filled_by"] == "nearest measured" and "filled from the measured bucket" in text(out)
 
 
 def test_an_untuned_shape_runs_the_specs_default():
@@ -68,3 +71,31 @@ def test_the_command_prints_json():
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     result = json.loads(out)
     assert result["chip"] == "interpreter" and result["row"] == "default" and result["variant"]
+
+
+@pytest.mark.parametrize("spec", [GLA, MAMBA3], ids=lambda s: s.op)
+def test_every_case_runs_a_point_its_variant_allows_there(spec):
+    """For every case of every case set, the H200 table's choice (tuned, filled or default) is a
+    variant legal there with the tunables it fixes at their values there: a row filled from
+    another bucket never hands over a tile the variant's kernel asserts against (vloop's one K
+    tile, pow2(K) wide, tuned at K = 64 and filled into K = 96)."""
+    from opgen.records import record_path
+    from opgen.kernels import kernel_hashes
+    from opgen.space import case_inputs, evaluate_params, find_variant, fixed_values, is_legal
+    from opgen.table import frozen_rows
+
+    chip = profile("h200")
+    table = frozen_rows(spec, chip, record_path(ROOT, chip.name, spec.op), kernel_hashes(ROOT, spec, chip.rendering))
+    kinds = set()
+    for name in spec.cases:
+        for row in spec.expand_cases(name):
+            out = explain(ROOT, spec, chip, row, table)
+            if "refused" in out:
+                continue
+            kinds.add(out["row"])
+            params = evaluate_params(spec, case_inputs(spec, row))
+            variant = find_variant(spec, out["variant"])
+            assert is_legal(spec, variant, params), (name, row, out["variant"])
+            fixed = fixed_values(spec, variant, params)
+            assert {n: out["config"][n] for n in fixed} == fixed, (name, row, out["variant"], out["row"])
+    assert "default" in kinds and (spec is MAMBA3 or {"tuned", "filled"} <= kinds)

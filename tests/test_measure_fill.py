@@ -60,6 +60,12 @@ def test_a_measure_record_round_trips_and_refuses_what_is_malformed(setup):
         records.MeasureRecord.from_json({k: v for k, v in data.items() if k != "run"})
     with pytest.raises(RecordError, match="ms: expected a finite number"):
         records.MeasureRecord.from_json({**data, "ms": "fast"})
+    # a failed point says why; one that ran has no reason; lines from before reasons read ""
+    why = dataclasses.replace(rec, ms=None, reason="wrong_result: o: FAIL")
+    assert records.MeasureRecord.from_json(json.loads(why.line())) == why
+    with pytest.raises(RecordError, match="reason: expected empty for a point that ran"):
+        records.MeasureRecord.from_json({**data, "reason": "crash: x"})
+    assert records.MeasureRecord.from_json({k: v for k, v in data.items() if k != "reason"}).reason == ""
 
 
 def test_the_measured_winner_beats_the_nearest_bucket(setup, gla, hashes):
@@ -139,9 +145,10 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     spec = load_spec(root / "specs" / "toy_op.yaml", root)
     kernels = kernel_hashes(root, spec, "npu")
     winners = {}
-    for key, n, block in (((0,), 50, 16), ((1,), 3000, 32)):  # two tuned buckets, two distinct points
-        winners[key] = dict(op="toy_op", chip="interpreter", toolchain={"triton": "x"}, kernel_hash=kernels["good"],
-                            key=key, case={"N": n, "dtype": "float32"}, variant="good", point={"BLOCK": block},
+    # two tuned buckets, two distinct points; the one of the "wrong" variant fails its check
+    for key, n, variant, block in (((0,), 50, "wrong", 16), ((1,), 3000, "good", 32)):
+        winners[key] = dict(op="toy_op", chip="interpreter", toolchain={"triton": "x"}, kernel_hash=kernels[variant],
+                            key=key, case={"N": n, "dtype": "float32"}, variant=variant, point={"BLOCK": block},
                             study=f"toy/{n}", date="2026-12-01", median_ms=0.1, remeasured_ms={}, margin=None,
                             error={}, budget=None)
     records.append(root / RECORDS, [records.WinnerRecord(**w) for w in winners.values()])
@@ -152,9 +159,12 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     points = {json.dumps(w["point"], sort_keys=True) for w in winners.values()}
     assert {json.dumps(m["point"], sort_keys=True) for m in measures} == points  # each distinct winner once
     assert len(measures) == len(points) and {tuple(m["key"]) for m in measures} == {(2,)}
-    assert len({m["run"] for m in measures}) == 1 and all(m["ms"] > 0 for m in measures)
-    assert "N > 4096:" in out
-    best = min(measures, key=lambda m: (m["ms"], m["source"]))
+    assert len({m["run"] for m in measures}) == 1
+    failed = [m for m in measures if m["variant"] == "wrong"]
+    assert len(failed) == 1 and failed[0]["ms"] is None and failed[0]["reason"].startswith("wrong_result: ")
+    assert all(m["ms"] > 0 and m["reason"] == "" for m in measures if m["variant"] == "good")
+    assert "N > 4096:" in out and "(wrong_result: " in out
+    best = min((m for m in measures if m["ms"] is not None), key=lambda m: (m["ms"], m["source"]))
     _opgen(root, "build")
     table = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
     assert "1 with the tuned point measured fastest there" in " ".join(table.split())

@@ -372,15 +372,18 @@ def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
     single = _winner(gla, "post_single_tiled", point=single_point, B=2, T=8192, H=8, K=64, V=64)
     _write(path, [single])
     filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
-    assert filled and all(k[4] <= 1 and k[5] <= 1 for k in filled)  # single needs K <= 64 and V <= 64
-    assert len(filled) == 2 * 2 * 4 - 1
+    # single needs K <= 64 and V <= 64, and fixes its one tile to pow2(K) x pow2(V): its 64 x 64
+    # point stands only for K and V in (32, 64], across the task buckets
+    assert filled and all(k[4] == 1 and k[5] == 1 for k in filled)
+    assert len(filled) == 4 - 1
     # With a general winner farther up, a key past single's reach takes the next legal neighbour.
     general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 4, V bucket 1
     _write(path, [single, general])
     filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
-    target = single.key[:5] + (2,) + single.key[6:]  # V bucket 2: single is nearer but illegal there
-    assert filled[target].variant == "post_general_tiled"
-    assert filled[single.key[:5] + (0,) + single.key[6:]].variant == "post_single_tiled"
+    for v_bucket in (0, 2):  # V <= 32 (single's tile would be 32 wide) and V > 64: single is nearer
+        assert filled[single.key[:5] + (v_bucket,) + single.key[6:]].variant == "post_general_tiled"
+    other_tasks = single.key[:6] + ((single.key[6] + 1) % 4,)
+    assert filled[other_tasks].variant == "post_single_tiled"
 
 
 def _append_many(path, study):

@@ -34,18 +34,20 @@ def test_a_table_without_tuned_rows_has_no_fill(tmp_path):
 
 def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
     """With dispatch.fill_distance 0 (as mamba3's spec has it) an untuned bucket runs the spec's
-    default: the GLA H200 records, whose table fills hundreds of buckets at an unbounded distance,
-    freeze their tuned rows alone."""
+    default unless the measure step timed the tuned points on it: the GLA H200 records, whose
+    table fills hundreds of buckets at an unbounded distance, freeze their tuned and measured
+    rows alone."""
     assert load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT).dispatch.fill_distance == 0
     spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
     hashes, path = kernel_hashes(ROOT, spec, "cuda"), records.record_path(ROOT, "h200", spec.op)
     unbounded = frozen_rows(spec, chip, path, hashes)
-    assert unbounded.filled > 0
+    assert unbounded.filled > unbounded.measured > 0
     bounded = spec.model_copy(update={"dispatch": spec.dispatch.model_copy(update={"fill_distance": 0})})
     table = frozen_rows(bounded, chip, path, hashes)
-    assert table.filled == 0 and table.rows and all(r.source is None for r in table.rows)
-    assert len(table.rows) == len(unbounded.rows) - unbounded.filled
-    assert fill_ranges(bounded, table.rows, config_names(table.rows)) == []
+    assert table.filled == table.measured == unbounded.measured
+    assert all(r.source is None or r.measured is not None for r in table.rows)
+    assert len(table.rows) == len(unbounded.rows) - unbounded.filled + unbounded.measured
+    assert all(f.measured for f in fill_ranges(bounded, table.rows, config_names(table.rows)))
 
 
 @pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk"])
@@ -59,7 +61,9 @@ def test_fill_ranges_serve_every_filled_key_and_nothing_else(op):
     counts = [len(split_key_field(fields[i])[1]) + 1 for i in bucketed]
     rows = {r.key: names[(r.variant, tuple(r.point.items()))] for r in table.rows}
     tuned = {r.key for r in table.rows if r.source is None}
-    assert table.filled > 0 and len(fills) < table.filled / 10
+    # a measured bucket is a range of its own (its neighbours took other points), so the ranges
+    # compress the filled keys less than the nearest fill alone did
+    assert table.filled > 0 and len(fills) < table.filled / 5
     for plain in {tuple(v for i, v in enumerate(k) if i not in bucketed) for k in rows}:
         for index in itertools.product(*(range(n) for n in counts)):
             it, ip = iter(index), iter(plain)
