@@ -158,19 +158,25 @@ class Dispatch(_Model):
 
 
 class Reference(_Model):
-    """``module:function`` paths of the float64 golden and its companions."""
+    """``module:function`` paths of the float64 golden and its companions; ``half``, where given,
+    computes the op as an upstream half-precision kernel does (its operands rounded where that
+    kernel rounds them), the yardstick of :attr:`Accuracy.half_ratio`."""
 
     golden: str
     fp32: str
     magnitude: str
     inputs: str
+    half: str | None = None
 
 
 class Accuracy(_Model):
     """What a tuned point must meet: the golden checks (the dual benchmark, and the domain-aware
-    cancellation check unless ``domain_check`` is off) and a rel-L2 bar per dtype."""
+    cancellation check unless ``domain_check`` is off) and a rel-L2 bar per dtype on the first
+    output. With ``half_ratio``, a case on which the upstream half-precision computation
+    (``reference.half``) errs more raises the bar to ``half_ratio`` times that error."""
 
     max_rel_l2: dict[DType, float] = {}
+    half_ratio: float | None = Field(default=None, gt=0)
     domain_check: bool = True
 
 
@@ -276,6 +282,12 @@ class OpSpec(_Model):
     cases: dict[Ident, tuple[dict[Ident, Union[Scalar, tuple[Scalar, ...]]], ...]] = {}
     sampling: Sampling | None = None
     path: str = ""
+
+    @model_validator(mode="after")
+    def _half_reference(self) -> "OpSpec":
+        if self.accuracy.half_ratio is not None and self.reference.half is None:
+            raise ValueError("accuracy.half_ratio needs reference.half, the computation it is a ratio of")
+        return self
 
     # --- derived views -------------------------------------------------------------------
     def dim_symbols(self) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import torch
 
 from opgen.accuracy import rel_l2
 from opgen.errors import OpgenError
-from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32
+from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32, reference_half
 
 
 def naive(q, v, g, A, h, scale, chunk_size, use_exp2=False):
@@ -153,3 +153,23 @@ def test_traffic_formula_counts_each_operand_once_and_the_lower_triangle_of_A(dt
     row = {"B": B, "T": T, "H": H, "K": K, "V": V, "chunk_size": chunk, "dtype": str(dtype).removeprefix("torch.")}
     params = space.evaluate_params(spec, space.case_inputs(spec, row))
     assert spec.traffic_bytes.evaluate(params) == expected
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_reference_rounds_where_a_half_kernel_rounds(dtype):
+    """reference_half is the golden with q * exp(g), h and A rounded to q's dtype and the output
+    rounded: exact on operands a half dtype holds (small integers, g = 0), and on the bench-like
+    inputs worse than the output's own rounding, more so at scale 2, where the inter-chunk term
+    (rounded q * exp(g) against h) carries the output."""
+    x = make_inputs(2, 37, 2, 24, 20, 16, dtype=dtype, seed=5)  # a tail: 37 = 2 * 16 + 5
+    exact = {**x, "g": torch.zeros_like(x["g"]), "scale": 0.5,
+             **{n: x[n].float().mul(4).round().clamp(-8, 8) for n in ("q", "h", "A")}}
+    exact["q"] = exact["q"].to(dtype)
+    gold = golden(**exact)
+    assert torch.equal(reference_half(**exact), gold.to(dtype))
+    x = make_inputs(1, 256, 4, 64, 64, 64, dtype=dtype, seed=1)
+    gold = golden(**x)
+    rounding = rel_l2(gold.to(dtype), gold)
+    at_default = rel_l2(reference_half(**x), gold)
+    at_two = rel_l2(reference_half(**{**x, "scale": 2.0}), golden(**{**x, "scale": 2.0}))
+    assert 1.2 * rounding < at_default < at_two < 2.5 * rounding

@@ -84,6 +84,8 @@ MALFORMED = [
     ("optional-before-required", _set("signature.tensors.g.optional", True), "signature.tensors.A.optional", "optional tensors after"),
     ("optional-binds-a-dim", _set("signature.tensors.q.optional", True), "signature.tensors.q.dims", "bound by a required tensor"),
     ("dtype-scalar-bad-default", _set("signature.scalars.out", {"type": "dtype", "default": "float8"}), "signature.scalars.out", "dtype names"),
+    ("half-ratio-not-positive", _set("accuracy.half_ratio", 0), "accuracy.half_ratio", "greater than 0"),
+    ("half-ratio-without-its-reference", _set("reference.half", _DELETE), "<root>", "needs reference.half"),
 ]
 
 

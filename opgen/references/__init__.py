@@ -39,3 +39,5 @@ class Reference(Protocol):
     golden: Golden
     reference_fp32: Golden
     magnitude: Golden
+    # optional (``reference.half``): the op rounded where an upstream half-precision kernel rounds
+    # it, the yardstick of ``accuracy.half_ratio``
