@@ -29,11 +29,6 @@ class FillMeasure:
     key: Key
     times: tuple[tuple[str, Point, float, str], ...]  # (source, point, ms, reason)
 
-    @property
-    def best(self) -> tuple[str, Point, float] | None:
-        """The fastest candidate that ran, or None."""
-        return self.times[0] if self.times and math.isfinite(self.times[0][2]) else None
-
 
 def candidates(spec: OpSpec, profile: ChipProfile, tuned: Mapping[Key, Any]) -> list[tuple[Key, Point]]:
     """The distinct points of the tuned winners, each with the first key (in key order) it won."""
