@@ -243,15 +243,30 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     bandwidth = compare.copy_bandwidth(backend)
     print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
     protocol = Protocol(warmup=args.warmup, repeat=args.repeat)
-    results = []
+    results, failed = [], []
     for row in rows:
-        results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
+        try:
+            results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
+        except compare.CaseFailed as exc:  # named; the other cases still run
+            failed.append({"case": compare.case_id(row), "error": str(exc)})
+            print(f"{failed[-1]['case']}  FAILED {failed[-1]['error']}", flush=True)
+            continue
         print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
     generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
-        _write_json(Path(args.json), args, generated, toolchain, results)
-    _print_table(results, args, _provenance(spec.op, generated, toolchain))
-    return 0
+        _write_json(Path(args.json), args, generated, toolchain, results, failed)
+    if results:
+        _print_table(results, args, _provenance(spec.op, generated, toolchain))
+    return _failures(failed, len(rows))
+
+
+def _failures(failed: list[dict[str, str]], total: int) -> int:
+    """Name the cases that failed (on stderr); the exit status: 1 if any did."""
+    for f in failed:
+        print(f"opgen bench: {f['case']} failed: {f['error']}", file=sys.stderr)
+    if failed:
+        print(f"opgen bench: {len(failed)} of {total} cases failed", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
@@ -267,12 +282,13 @@ def _with_values(spec, rows: list[dict], items: list[str]) -> list[dict]:
 
 
 def _write_json(path: Path, args: argparse.Namespace, generated: str, toolchain: dict[str, str],
-                results: list) -> None:
+                results: list, failed: list[dict[str, str]] = ()) -> None:
     """A bench shard's results as ``--merge`` and ``opgen report`` read them (every CaseResult
-    field, agreement too), with the baseline, case set and ``--where`` formula they ran."""
+    field, agreement too), with the baseline, case set and ``--where`` formula they ran and the
+    cases that failed (case id, what it raised)."""
     path.write_text(json.dumps(dict(op=args.op, baseline=args.baseline, cases=args.cases, where=args.where,
-                                    generated=generated,
-                                    toolchain=toolchain, results=[dataclasses.asdict(r) for r in results])))
+                                    generated=generated, toolchain=toolchain,
+                                    results=[dataclasses.asdict(r) for r in results], failed=list(failed))))
 
 
 def _print_table(results: list, args: argparse.Namespace, provenance: str) -> None:
@@ -299,14 +315,18 @@ def _bench_on_devices(args: argparse.Namespace, devices: list[str], rows: list[d
     with tempfile.TemporaryDirectory() as tmp:
         files = [Path(tmp) / f"shard{i}.json" for i in range(len(devices))]
         codes = run_shards([_options(args, devices=None, output=None, json=str(f)) for f in files], devices)
-        if any(codes):
+        # a shard that failed cases exits 1 after writing its file; one without a file broke
+        if any(codes) and not all(f.exists() for f in files):
             raise OpgenError(f"bench shards exited with {codes} (devices {','.join(devices)})")
+        failed = [x for f in files for x in json.loads(f.read_text()).get("failed", ())]
+        lost = {x["case"] for x in failed}
         generated = compare.generated_hash(_root(args), args.op)
-        results, toolchain = _merged(rows, files, generated)
+        results, toolchain = _merged([r for r in rows if compare.case_id(r) not in lost], files, generated)
     if args.json:  # the merged results, as one shard would have written them
-        _write_json(Path(args.json), args, generated, toolchain, results)
-    _print_table(results, args, _provenance(args.op, generated, toolchain))
-    return 0
+        _write_json(Path(args.json), args, generated, toolchain, results, failed)
+    if results:
+        _print_table(results, args, _provenance(args.op, generated, toolchain))
+    return _failures(failed, len(rows))
 
 
 def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, dict[str, str]]:

@@ -82,10 +82,13 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     args = {name: case["inputs"].get(name) for name in (*spec.signature.tensors, *spec.signature.scalars)}
     firsts = []
     outs = []
-    for fn in (op, base):
+    for side, fn in (("ours", op), ("baseline", base)):
         start = time.perf_counter()
-        outs.append(fn(**args))
-        backend.synchronize()
+        try:
+            outs.append(fn(**args))
+            backend.synchronize()
+        except Exception as exc:  # noqa: BLE001 - named, then the bench goes on with the next case
+            raise CaseFailed(f"{side}: {failure_text(exc)}") from exc
         firsts.append(time.perf_counter() - start)
     errors = [rel_l2(_first(o), _first(case["golden"])) for o in outs]
     agree = agreement(list(spec.signature.outputs), outs[0], outs[1])
@@ -99,6 +102,18 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
         torch.cuda.empty_cache()
     return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
                       firsts[0], firsts[1], hosts[0], hosts[1], dirty["ours"], dirty["base"], agree)
+
+
+class CaseFailed(OpgenError):
+    """One contender raised on a case's first call; the message names which and what it raised."""
+
+
+def failure_text(exc: BaseException) -> str:
+    """An exception as one line: its type, the first line of its message and, for a longer one,
+    its last line that is no caret marker (a Triton compile error: where, then the statement)."""
+    lines = [line.strip() for line in str(exc).splitlines() if set(line) - {" ", "^", "~"}]
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}" if lines else ""
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def agreement(names: list[str], ours: Any, base: Any) -> dict[str, float]:
@@ -244,10 +259,11 @@ def read_shards(rows: list[dict[str, Any]], files: list[Path],
 
     Raises:
         OpgenError: naming the file, for a shard that is no JSON of a bench, says nothing of the
-            generated code or measured other code, a case twice, outside the rows or missing, or
-            shards of different toolchains.
+            generated code or measured other code, a case twice, outside the rows or missing (a
+            case a shard lists as failed, with what it raised), or shards of different toolchains.
     """
     found: dict[str, CaseResult] = {}
+    failed: dict[str, str] = {}
     toolchains: dict[str, Path] = {}
     for f in files:
         try:
@@ -267,9 +283,13 @@ def read_shards(rows: list[dict[str, Any]], files: list[Path],
             if r["case"] in found:
                 raise OpgenError(f"bench shards: case {r['case']} appears twice (again in {f})")
             found[r["case"]] = CaseResult(**r)
+        failed.update({x["case"]: f"{x['error']} (in {f})" for x in shard.get("failed", ())})
     if len(toolchains) > 1:
         raise OpgenError(f"bench shards ran on different toolchains: {sorted(toolchains)}")
     order = [case_id(row) for row in rows]
+    broken = [f"{c}: {failed[c]}" for c in order if c not in found and c in failed]
+    if broken:
+        raise OpgenError("bench cases failed: " + "; ".join(broken))
     missing = [c for c in order if c not in found]
     if missing:
         raise OpgenError(f"bench shards returned no result for {missing}")

@@ -1,11 +1,13 @@
 """``opgen bench``'s agreement with the baseline: per output rel. L2, the table's ``agree`` column
-and summary line, and its JSON round trip through shards (older shards read as no agreement)."""
+and summary line, and its JSON round trip through shards (older shards read as no agreement); its
+``--where`` filter; a case that raises, named while the others still run."""
 import dataclasses
 import json
 import math
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from opgen import cli
@@ -160,3 +162,52 @@ def test_bench_where_keeps_the_cases_its_formula_passes(tmp_path, capsys):
     assert "none of the 11 cases of 'official' passes" in capsys.readouterr().err
     assert cli.main([*base, "--where", "rank == 4", "--merge", str(path)]) != 0
     assert "rank" in capsys.readouterr().err
+
+
+def test_a_case_that_raises_is_named_and_the_others_still_make_the_table(tmp_path, monkeypatch, capsys):
+    """run_case names the contender that raised on a case's first call and what it raised; over
+    devices, a shard that failed a case writes it beside its results: the table holds the others,
+    the exit status is 1, the merged JSON lists the failure, and merging that file again refuses
+    to make a table without the case, naming what it raised."""
+    import types
+
+    from opgen import bench, compare, shard
+    from opgen.backends.interpreter import InterpreterBackend
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+
+    def ours(**args):
+        raise ValueError("at 23:4:\n    tl.static_assert(K <= BK)\n    ^")
+
+    monkeypatch.setitem(sys.modules, f"generated.{spec.op}", types.SimpleNamespace(**{spec.op: ours}))
+    row = dict(B=1, S=16, H=2, G=1, N=4, P=4, R=2, chunk_size=8, dtype="bfloat16")
+    with pytest.raises(compare.CaseFailed, match=r"^ours: ValueError: at 23:4: \.\.\. tl\.static_assert\(K <= BK\)$"):
+        compare.run_case(spec, row, InterpreterBackend(), ours, math.nan, 0, 1, bench.Protocol(warmup=1, repeat=1))
+    monkeypatch.undo()
+
+    ids = [case_id(row) for row in spec.expand_cases("official")]
+    lost = ids[3]
+
+    def fake_run_shards(options, devices):
+        codes = []
+        for i, path in enumerate(o["json"] for o in options):
+            mine = [c for c, s in zip(ids, shard.assign([1.0] * len(ids), len(devices))) if s == i]
+            failed = [{"case": c, "error": "ours: CompileTimeAssertionFailure: K <= BK"} for c in mine if c == lost]
+            Path(path).write_text(json.dumps(dict(
+                op=spec.op, generated=generated_hash(ROOT, spec.op), toolchain={"device": "NVIDIA H200"},
+                results=[dataclasses.asdict(_result(c)) for c in mine if c != lost], failed=failed)))
+            codes.append(1 if failed else 0)
+        return codes
+
+    monkeypatch.setattr(shard, "run_shards", fake_run_shards)
+    merged = tmp_path / "merged.json"
+    assert cli.main(["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official",
+                     "--devices", "cuda:0,cuda:1", "--json", str(merged)]) == 1
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()[1:len(ids)]] == [c for c in ids if c != lost]
+    assert f"{lost} failed: ours: CompileTimeAssertionFailure: K <= BK" in err and "1 of 11 cases failed" in err
+    written = json.loads(merged.read_text())
+    assert written["failed"] == [{"case": lost, "error": "ours: CompileTimeAssertionFailure: K <= BK"}]
+    assert cli.main(["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official",
+                     "--merge", str(merged)]) != 0
+    assert f"bench cases failed: {lost}: ours: CompileTimeAssertionFailure: K <= BK" in capsys.readouterr().err
