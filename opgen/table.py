@@ -88,7 +88,11 @@ class CrossChecked:
             return text + "."
         w = self.worst
         verdict = "FLAGGED" if self.flagged else "ok"
-        return f"{text}; worst loss {w.loss:.1%} at {w.key!r} (margin {w.margin:.0%}): {verdict}."
+        text = f"{text}; worst loss {w.loss:.1%} at {w.key!r} (margin {w.margin:.0%}): {verdict}."
+        over = sorted((r for r in self.current if r.loss > r.margin), key=lambda r: (-r.loss, sort_key(r.key)))
+        if len(over) > 1:
+            text += f" Over the margin ({len(over)} rows): " + ", ".join(f"{r.key!r} {r.loss:.1%}" for r in over) + "."
+        return text
 
 
 @dataclass(frozen=True)

@@ -412,6 +412,17 @@ def test_kernel_hash_ignores_the_generated_header():
     assert records.kernel_hash(one) == records.kernel_hash(two) != records.kernel_hash(one + "x = 1\n")
 
 
+def test_the_cross_check_line_names_every_row_over_its_margin(gla):
+    """The table's docstring names each tuned row whose leave-one-out fill loses more than the
+    margin, worst first, with its loss; one row over it is the worst alone."""
+    a, b, c = _winner(gla), _winner(gla, K=64, V=64), _winner(gla, K=32, V=32)
+    checks = (_check(a, a.variant, a.point, fill_ms=0.13), _check(b, b.variant, b.point, fill_ms=0.15),
+              _check(c, c.variant, c.point, fill_ms=0.105))
+    line = tables.CrossChecked(checks, 3).line()
+    assert line.endswith(f"FLAGGED. Over the margin (2 rows): {b.key!r} 50.0%, {a.key!r} 30.0%.")
+    assert "Over the margin" not in tables.CrossChecked(checks[::2], 3).line()
+
+
 def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, hashes):
     """The table states the checks of its own rows: a check of another winner, or against another
     fill than the table now gives, says nothing about it. A failed re-measure is an infinite loss."""
