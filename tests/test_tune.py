@@ -51,6 +51,27 @@ def tuned(tmp_path_factory):
     return root, out
 
 
+SEARCH = ("--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")  # two trials of optuna's
+GOOD = ("--variants", "good", *SEARCH)  # the correct variant alone
+# every correct point ties (then the smaller estimate, then the name wins): the same winner
+# whatever the interpreter's timings
+TIED = ("--tie-margin", "100")
+
+
+@pytest.fixture(scope="module")
+def tuned_good(tmp_path_factory):
+    """The toy project after a campaign of ``GOOD`` on the smoke cases; each test that goes on
+    from there takes a copy of it (``_copy``)."""
+    root = _project(tmp_path_factory.mktemp("good"))
+    _tune(root, *GOOD, *TIED)
+    return root
+
+
+def _copy(root: Path, tmp: Path) -> Path:
+    shutil.copytree(root, tmp / "copy")
+    return tmp / "copy"
+
+
 def test_faulty_configs_are_recorded_and_the_campaign_completes(tuned):
     root, out = tuned
     trials = [r for r in _records(root) if r["kind"] == "trial"]
@@ -211,16 +232,13 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
     assert "worst loss 200.0% at (1,) (margin 50%): FLAGGED." in " ".join(generated.read_text().split())  # docstring lines wrap
 
 
-def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tmp_path):
+def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tuned_good, tmp_path):
     """Searching one variant again must not displace a better variant searched before (the other
     variants' studies of the bucket compete with what they hold: here the only correct one), a
     campaign out of time measures nothing new but still chooses from every study's stored points,
     and without the journal the frozen winner is measured again and kept."""
-    root = _project(tmp_path)
-    # every correct point ties (then the smaller estimate, then the name wins): the same winner
-    # whatever the interpreter's timings
-    args = ("--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30", "--tie-margin", "100")
-    _tune(root, "--variants", "good", *args)
+    root = _copy(tuned_good, tmp_path)  # good searched, with TIED
+    args = (*SEARCH, *TIED)
     _tune(root, "--variants", "wrong", *args)
     trials = [r for r in _records(root) if r["kind"] == "trial"]
     assert {r["variant"] for r in trials} == {"good", "wrong"}
@@ -276,16 +294,14 @@ def test_an_edited_kernel_starts_a_new_study_and_the_cross_check_skips_stale_win
     assert len([r for r in trials if r["study"] == winners[1]["study"]]) == 2
 
 
-def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
+def test_a_changed_domain_starts_a_new_study_instead_of_failing(tuned_good, tmp_path):
     """optuna cannot resume a study whose categorical choices changed (TPE refuses the new space):
     the study's identity carries a digest of its domains, so the edited spec tunes afresh."""
-    root = _project(tmp_path)
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
+    root = _copy(tuned_good, tmp_path)
     spec = root / "specs" / "toy_op.yaml"
     spec.write_text(spec.read_text().replace("npu: [16, 32, 64, 128]", "npu: [16, 32, 128]"))
     _opgen(root, "build")
-    _tune(root, *args)
+    _tune(root, *GOOD)
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert len(winners) == 2 and winners[0]["study"] != winners[1]["study"]
     assert winners[0]["study"].split("|space=")[0] == winners[1]["study"].split("|space=")[0]
@@ -293,20 +309,19 @@ def test_a_changed_domain_starts_a_new_study_instead_of_failing(tmp_path):
     assert {r["point"]["BLOCK"] for r in trials if r["study"] == winners[1]["study"]} <= {16, 32}
 
 
-def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
+def test_other_cases_of_a_bucket_start_a_new_study(tuned_good, tmp_path):
     """A study's objective is its geomean over the bucket's cases: resuming it on other cases would
     rank points measured on different inputs against each other."""
-    root = _project(tmp_path)
+    root = _copy(tuned_good, tmp_path)  # tuned on the smoke cases
     spec = root / "specs" / "toy_op.yaml"
     spec.write_text(spec.read_text().replace("  two:\n", "  smoke_wider:\n    - {N: 50, dtype: float32}\n"
                                              "    - {N: 40, dtype: float32}\n  two:\n"))
     _opgen(root, "build")
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
     _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke_wider", "--warmup", "1",
-           "--repeat", "2", "--no-progress", "--date", "2026-11-30", *args)
+           "--repeat", "2", "--no-progress", "--date", "2026-11-30", *GOOD)
     winners = [r for r in _records(root) if r["kind"] == "winner"]
     assert [w["key"] for w in winners] == [[0], [0]]
+    assert winners[0]["kernel_hash"] == winners[1]["kernel_hash"]  # the same kernel: only the cases differ
     assert winners[0]["study"].split("|cases=")[0] == winners[1]["study"].split("|cases=")[0]
     assert winners[0]["study"] != winners[1]["study"]
     studies = {w["study"]: [r for r in _records(root) if r["kind"] == "trial" and r["study"] == w["study"]]
@@ -314,13 +329,11 @@ def test_other_cases_of_a_bucket_start_a_new_study(tmp_path):
     assert all(len(trials) >= 1 for trials in studies.values())  # the second study measured afresh
 
 
-def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added_and_the_edges_move(tmp_path):
+def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added_and_the_edges_move(tuned_good, tmp_path):
     """Adding a tunable changes every point, and a new edge moves the tuned case to another key:
     the earlier winner, looked up by the case it was tuned on and completed with the new tunable's
     default, is still measured first, beside the spec's default."""
-    root = _project(tmp_path)
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
+    root = _copy(tuned_good, tmp_path)
     first = [r for r in _records(root) if r["kind"] == "winner"][0]
     won = first["point"]["BLOCK"]
     default = 32 if won == 16 else 16
@@ -341,19 +354,17 @@ def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added_and_the_edge
     earlier = earlier_winners(load_spec(spec, root), read(root / RECORDS, op="toy_op", chip="interpreter").records)
     assert list(earlier) == [(1,)] and [p.config["BLOCK"] for p in earlier[(1,)]] == [won]
     _opgen(root, "build")
-    _tune(root, *args)
+    _tune(root, *GOOD)
     second = [r for r in _records(root) if r["kind"] == "winner"][1]
     assert second["key"] == [1] != first["key"]
     trials = [r["point"] for r in _records(root) if r["kind"] == "trial" and r["study"] == second["study"]]
     assert sorted((t["BLOCK"], t["EXTRA"]) for t in trials) == sorted([(default, 2), (won, 2)])
 
 
-def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
+def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tuned_good, tmp_path):
     """A bucket without winners of its own is seeded with the row the table fills it with from
     the nearest tuned bucket, beside the spec's default."""
-    root = _project(tmp_path)
-    args = ("--variants", "good", "--exhaustive-below", "0", "--trials", "2", "--point-timeout", "30")
-    _tune(root, *args)
+    root = _copy(tuned_good, tmp_path)
     won = [r for r in _records(root) if r["kind"] == "winner"][0]["point"]["BLOCK"]
     default = 32 if won == 16 else 16
     spec = root / "specs" / "toy_op.yaml"
@@ -371,7 +382,7 @@ def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tmp_path):
     assert {k: [p.config["BLOCK"] for p in ps] for k, ps in earlier.items()} == {(0,): [won], (1,): [won], (2,): [won]}
     assert {k: (p.variant, p.config) for k, p in standing.items()} == {(0,): ("good", {"BLOCK": won})}
     _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "two", "--warmup", "1", "--repeat", "2",
-           "--no-progress", *args)
+           "--no-progress", *GOOD)
     new = [r for r in _records(root) if r["kind"] == "winner" and r["key"] == [1]][0]
     trials = [r["point"]["BLOCK"] for r in _records(root) if r["kind"] == "trial" and r["study"] == new["study"]]
     assert sorted(trials) == sorted([default, won])

@@ -1,8 +1,10 @@
 """chunk_gla_fwd_o_gk on the CPU interpreter against the float64 golden.
 
 Every variant of both renderings runs on shapes legal for it (tails, H=1, B=1, odd K and V,
-both chunk sizes, exp and exp2, both half dtypes), at two corners of its tunable space; the
-public API runs on the spec's interpreter cases and on K, V in {32, 48, 64, 96, 128, 160, 256}.
+both chunk sizes, exp and exp2, both half dtypes), at two corners of its tunable space (each
+point once: a cuda module's corner that its npu twin runs on the same case runs there alone);
+the public API runs on the spec's interpreter cases and on K, V in {32, 48, 64, 96, 128, 160,
+256}.
 """
 import importlib
 import itertools
@@ -60,38 +62,63 @@ def _variant_cases():
                                    id=f"{rendering}-{variant.name}-{dtype}-T{shape['T']}-K{shape['K']}-V{shape['V']}")
 
 
-@pytest.mark.parametrize("rendering, chip, variant, dtype, shape, use_exp2", list(_variant_cases()))
-def test_every_variant(rendering, chip, variant, dtype, shape, use_exp2):
-    params = space.evaluate_params(SPEC, space.case_inputs(SPEC, {**shape, "dtype": dtype, "use_exp2": use_exp2}))
-    feasible, _ = space.points(SPEC, variant, profile(chip), params)
+LAUNCH_OPTIONS = {n for n, t in SPEC.tunables.items() if t.role == "launch"}
+NPU_VARIANTS = {v.name for v in space.variants_for(SPEC, "npu")}
+
+
+def _params(dtype, shape, use_exp2):
+    return space.evaluate_params(SPEC, space.case_inputs(SPEC, {**shape, "dtype": dtype, "use_exp2": use_exp2}))
+
+
+def _corners(rendering, chip, variant, dtype, shape, use_exp2):
+    """The variant's smallest tiles with every option off; the largest that fit with the loads
+    moved before the K loop (and, where cuda searches them, h loaded evict-first and A through its
+    triangular mask). Both ieee: triton-ascend's interpreter runs only "ieee" fp32 dots (it
+    computes every dot in fp32): it refuses tf32/tf32x3, which the cuda rendering's fp32 path runs
+    on the H200, and knows no hf32, which the front-end test covers."""
+    feasible, _ = space.points(SPEC, variant, profile(chip), _params(dtype, shape, use_exp2))
     assert feasible, f"no feasible point for {variant.name}"
-    # triton-ascend's interpreter runs only "ieee" fp32 dots (it computes every dot in fp32): it
-    # refuses tf32/tf32x3, which the cuda rendering's fp32 path runs on the H200, and knows no
-    # hf32, which the front-end test covers.
     ieee = [p for p in feasible if p.config["DOT_PRECISION"] == "ieee"]
     feasible = ieee or [type(p)(p.variant, tuple((k, "ieee" if k == "DOT_PRECISION" else v) for k, v in p.values))
                         for p in feasible]
-    module = importlib.import_module(f"generated.chunk_gla_fwd_o_gk.kernels.{rendering}.{variant.name}")
-    launch_options = {n for n, t in SPEC.tunables.items() if t.role == "launch"}
-    seed = hash((variant.name, dtype, shape["T"])) % 1000
-    # smallest tiles with every option off; the largest that fit with the loads moved before the K
-    # loop (and, where cuda searches them, h loaded evict-first and A through its triangular mask)
     cuda = rendering == "cuda"
-    corners = (feasible[0], next(p for p in reversed(feasible) if p.config["EARLY_INTRA"]
-                                 and p.config["EVICT_H"] == cuda and p.config["TRIL_LOAD"] == cuda))
+    return (feasible[0], next(p for p in reversed(feasible) if p.config["EARLY_INTRA"]
+                              and p.config["EVICT_H"] == cuda and p.config["TRIL_LOAD"] == cuda))
+
+
+def _kernel_config(point):
+    return {k: v for k, v in point.config.items() if k not in LAUNCH_OPTIONS}
+
+
+@pytest.mark.parametrize("rendering, chip, variant, dtype, shape, use_exp2", list(_variant_cases()))
+def test_every_variant(rendering, chip, variant, dtype, shape, use_exp2):
+    corners = _corners(rendering, chip, variant, dtype, shape, use_exp2)
+    cuda = rendering == "cuda"
     if variant.flags["SCALE_PATH"] != "fp32":  # A_PAIR off and on (cuda searches the pair only)
         assert [p.config["A_PAIR"] for p in corners] == ([False, True] if rendering == "npu" else [True, True])
-    fixed = space.fixed_values(SPEC, variant, params)  # vloop loads A before its V loop
+    fixed = space.fixed_values(SPEC, variant, _params(dtype, shape, use_exp2))  # vloop loads A before its V loop
     assert not any(corners[0].config[n] for n in ("EARLY_INTRA", "EVICT_H", "TRIL_LOAD") if n not in fixed)
-    errors = {}
+    # A corner runs once: not again where both corners are one point, nor on the cuda rendering
+    # where its npu twin (the same module under the interpreter but for its launch options, which
+    # the interpreter drops) runs it on this case; every test runs at least one.
+    twin = (_corners("npu", "ascend910b3", variant, dtype, shape, use_exp2)
+            if cuda and variant.name in NPU_VARIANTS else ())
+    configs = []
     for point in corners:
+        config = _kernel_config(point)
+        if config not in configs and config not in [_kernel_config(p) for p in twin]:
+            configs.append(config)
+    assert configs, f"{variant.name}: every corner runs on the npu twin"
+    module = importlib.import_module(f"generated.chunk_gla_fwd_o_gk.kernels.{rendering}.{variant.name}")
+    seed = hash((variant.name, dtype, shape["T"])) % 1000
+    errors = {}
+    for config in configs:
         x = make_inputs(**shape, dtype=DTYPES[dtype], seed=seed)
         o = torch.full_like(x["v"], float("nan"))
-        config = {k: v for k, v in point.config.items() if k not in launch_options}
         module.launch(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], o=o, scale=x["scale"],
                       use_exp2=use_exp2, BT=shape["chunk_size"], num_programs=3, point=config)
-        report = _check(o, x, use_exp2, dtype, variant.flags["SCALE_PATH"] == "fp32" or point.config["A_PAIR"])
-        errors[point.config["A_PAIR"]] = report.rel_l2
+        report = _check(o, x, use_exp2, dtype, variant.flags["SCALE_PATH"] == "fp32" or config["A_PAIR"])
+        errors[config["A_PAIR"]] = report.rel_l2
     if len(errors) == 2:  # same inputs: the pair removes the rounding of A
         assert errors[True] < errors[False], errors
 
