@@ -19,6 +19,7 @@ from typing import Mapping
 from .hardware import ChipProfile
 from .keys import key_text, sort_key
 from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, latest_winners
+from .settings import Settings
 from .spec import OpSpec
 from .space import point_id
 from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
@@ -95,7 +96,8 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
 def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...],
                     fresh: Mapping[tuple, WinnerRecord]) -> list[str]:
     """How many buckets the table fills from measurements, and where the nearest fill would have
-    run another point: its time beside the measured winner's in the same run."""
+    run another point slower by more than the tuner's default tie margin (a smaller gap is a tie):
+    its time beside the measured winner's in the same run."""
     measured = fill_measured(spec, chip, fresh, records)
     if not measured:
         return []
@@ -108,6 +110,8 @@ def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...]
             continue
         found = (row.key, row.measured.run, point_id(near.variant, near.point))
         ms = times.get(found)
+        if ms is not None and ms <= row.measured.ms * (1 + Settings.tie_margin):
+            continue
         ran = ("was not measured" if found not in times else "failed" if ms is None
                else f"ran {ms / row.measured.ms - 1:.0%} slower")
         lines.append(f"{key_text(spec, row.key)}: the nearest fill's point (from {near.source!r}) {ran} beside "

@@ -190,6 +190,9 @@ def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_ker
     assert f"nearest fill's point (from {large.key!r}) ran 50% slower beside post_general_tiled" in lines[-1]
     _write(path, [small, large, _measure(target, case, large, 0.10), _measure(target, case, small, 0.15)])
     assert report(gla, CHIP, path, hashes).splitlines()[-1].startswith("Measured fills: 1 ")  # the same point
+    # within the tuner's default tie margin (2%) the two points tie: no edge to move
+    _write(path, [small, large, _measure(target, case, small, 0.100), _measure(target, case, large, 0.101)])
+    assert report(gla, CHIP, path, hashes).splitlines()[-1].startswith("Measured fills: 1 ")
 
 
 def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
