@@ -211,3 +211,23 @@ def test_a_case_that_raises_is_named_and_the_others_still_make_the_table(tmp_pat
     assert cli.main(["--root", str(ROOT), "bench", spec.op, "--baseline", "tilelang", "--cases", "official",
                      "--merge", str(merged)]) != 0
     assert f"bench cases failed: {lost}: ours: CompileTimeAssertionFailure: K <= BK" in capsys.readouterr().err
+
+
+def test_the_floor_summary_names_the_worst_case_and_sets_the_launch_bound_ones_apart():
+    """Beside the geomean over every case, the summary names the worst fraction of the memory
+    floor and, where some cases' floor is under 20 us (launch-bound calls), the geomean and worst
+    over the others; an op without a traffic formula (NaN floors) gets neither."""
+    from opgen.compare import LAUNCH_BOUND_MS
+
+    tiny = dataclasses.replace(_result("B1-tiny"), floor_ms=0.0001, ours_ms=0.0064, base_ms=0.01)
+    big = [dataclasses.replace(_result(f"B8-{i}"), floor_ms=f, ours_ms=0.1, base_ms=0.125)
+           for i, f in enumerate((0.08, 0.07))]
+    assert tiny.floor_ms < LAUNCH_BOUND_MS <= min(r.floor_ms for r in big)
+    line = table([tiny, *big], "fla").splitlines()[4]
+    assert (f"(min 0.016 (B1-tiny); over the 2 of 3 cases whose floor is at least 20 us (the others are "
+            f"launch-bound): geomean ours {math.sqrt(0.8 * 0.7):.3f}, fla {math.sqrt(0.64 * 0.56):.3f}, "
+            f"min 0.700 (B8-1)); error no worse") in line
+    assert "memory floor 0.748 (min 0.700 (B8-1)); error" in table(big, "fla").splitlines()[3]
+    assert "every case's floor is under 20 us (launch-bound)" in table([tiny], "fla").splitlines()[2]
+    nan = dataclasses.replace(_result("B1-n"), floor_ms=math.nan)
+    assert "memory floor nan; error" in table([nan], "fla").splitlines()[2]
