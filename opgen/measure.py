@@ -3,6 +3,7 @@ worker processes first. Uses ``worker``, ``search`` (``Measured``), ``plan``.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 from .hardware import ChipProfile
@@ -53,11 +54,8 @@ def check_batch(pool: Sequence[Worker], worker: Worker, task_of: TaskOf, points_
     out-of-memory there is checked again alone on ``worker``), else one by one on ``worker``."""
 
     def alone(point: Point) -> Result | None:
-        for case in bucket.cases:
-            result = worker.run(task_of(point, case, timed=False), timeout)
-            if result.status != "ok":
-                return result
-        return None
+        untimed = functools.partial(task_of, timed=False)
+        return next((r for r in measure(worker, untimed, point, bucket, timeout).results if r.status != "ok"), None)
 
     if not pool or len(points_) < 2:
         return [alone(p) for p in points_]
