@@ -25,13 +25,14 @@ tune=(python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --point-timeout 6
 bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step:
     # both compiled first (FLA's autotuning configs too) by WARM_PROCS processes, one share each
     python3 -m opgen.cli build > "$out/build_$1.log" 2>&1 || { tail "$out/build_$1.log"; exit 1; }
-    local procs=${WARM_PROCS:-0} k
+    local procs=${WARM_PROCS:-0} k pids=()
     for ((k = 0; k < procs; k++)); do
         python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
             --rounds 1 --warmup 0 --repeat 1 --device "${devices%%,*}" --shard "$k/$procs" \
             > "$out/warm_$1_$k.log" 2>&1 &
+        pids+=($!)
     done
-    wait
+    if ((procs)); then wait "${pids[@]}"; fi  # the compiling processes only: the keeper runs to the end
     python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
         --devices "$devices" --json "$out/bench_holdout_$1.json" --output "$out/bench_holdout_$1.txt" \
         > "$out/bench_holdout_$1.log" 2>&1
