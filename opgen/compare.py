@@ -92,20 +92,32 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
         firsts.append(time.perf_counter() - start)
     errors = [rel_l2(_first(o), _first(case["golden"])) for o in outs]
     agree = agreement(list(spec.signature.outputs), outs[0], outs[1])
-    fns = {"ours": lambda: op(**args), "base": lambda: base(**args)}
+    fns = {"ours": _named("ours", op, args), "baseline": _named("baseline", base, args)}
     times = bench.side_by_side(backend, fns, rounds=rounds, protocol=protocol)
     dirty = bench.side_by_side(backend, fns, rounds=rounds, protocol=dataclasses.replace(protocol, dirty=True))
-    hosts = [bench.host_overhead(backend, lambda fn=fn: fn(**args)) * 1e6 for fn in (op, base)]
+    hosts = [bench.host_overhead(backend, fns[side]) * 1e6 for side in ("ours", "baseline")]
     floor_s = spec.traffic_bytes.evaluate(case["params"]) / bandwidth if spec.traffic_bytes else math.nan
     del case, outs
     if backend.name == "cuda":
         torch.cuda.empty_cache()
-    return CaseResult(case_id(row), times["ours"], times["base"], floor_s * 1e3, errors[0], errors[1],
-                      firsts[0], firsts[1], hosts[0], hosts[1], dirty["ours"], dirty["base"], agree)
+    return CaseResult(case_id(row), times["ours"], times["baseline"], floor_s * 1e3, errors[0], errors[1],
+                      firsts[0], firsts[1], hosts[0], hosts[1], dirty["ours"], dirty["baseline"], agree)
+
+
+def _named(side: str, fn: Callable[..., Any], args: dict[str, Any]) -> Callable[[], Any]:
+    """``fn(**args)`` for the timed runs; what it raises there becomes a :class:`CaseFailed` that
+    names the side and says it raised while timed."""
+    def call() -> Any:
+        try:
+            return fn(**args)
+        except Exception as exc:  # noqa: BLE001 - named, then the bench goes on with the next case
+            raise CaseFailed(f"{side}, timed: {failure_text(exc)}") from exc
+    return call
 
 
 class CaseFailed(OpgenError):
-    """One contender raised on a case's first call; the message names which and what it raised."""
+    """One contender raised on a case, at its first call or while timed; the message names which
+    and what it raised."""
 
 
 def failure_text(exc: BaseException) -> str:

@@ -213,6 +213,35 @@ def test_a_case_that_raises_is_named_and_the_others_still_make_the_table(tmp_pat
     assert f"bench cases failed: {lost}: ours: CompileTimeAssertionFailure: K <= BK" in capsys.readouterr().err
 
 
+def test_a_contender_that_raises_while_timed_is_named(monkeypatch):
+    """A contender whose first call ran but a timed call raised (a fault that shows under load):
+    run_case names the side, says it was timed and what it raised, as at a first call."""
+    import types
+
+    import torch
+
+    from opgen import bench, compare
+    from opgen.backends.interpreter import InterpreterBackend
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    calls = []
+
+    def flaky(**args):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return (torch.zeros(3),)
+
+    monkeypatch.setitem(sys.modules, f"generated.{spec.op}", types.SimpleNamespace(**{spec.op: flaky}))
+    monkeypatch.setattr("opgen.accuracy.rel_l2", lambda a, b: 0.0)
+    monkeypatch.setattr(compare, "agreement", lambda names, ours, base: {})
+    row = dict(B=1, S=16, H=2, G=1, N=4, P=4, R=2, chunk_size=8, dtype="bfloat16")
+    with pytest.raises(compare.CaseFailed, match=r"^ours, timed: RuntimeError: CUDA error: an illegal memory"):
+        compare.run_case(spec, row, InterpreterBackend(), lambda **args: (torch.zeros(3),), math.nan,
+                         0, 1, bench.Protocol(warmup=1, repeat=1))
+    assert len(calls) == 2
+
+
 def test_the_floor_summary_names_the_worst_case_and_sets_the_launch_bound_ones_apart():
     """Beside the geomean over every case, the summary names the worst fraction of the memory
     floor and, where some cases' floor is under 20 us (launch-bound calls), the geomean and worst
