@@ -98,7 +98,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
     fresh = split_winners(spec, chip, records_path, found, hashes)[0]
-    for row in filled_rows(spec, chip, fresh, found):  # an untuned bucket starts from the row filling it
+    for row in filled_rows(spec, chip, fresh, found, hashes):  # an untuned bucket starts from the row filling it
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}

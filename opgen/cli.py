@@ -513,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--seed", type=int, default=0)
     bench_p.add_argument("--output", help="also write the table to this file")
     bench_p.add_argument("--where", metavar="FORMULA",
-                         help="run only the cases for which this formula of their fields is true (e.g. 'chunk_size >= 16')")
+                         help="run only the cases for which this formula of their fields is true (e.g. "
+                              "'chunk_size >= 16'), read as the case set holds them, before --set")
     bench_p.add_argument("--shard", help="K/N: run only the K-th of N shares of the cases")
     bench_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
     bench_p.add_argument("--json", help="also write the results as JSON (what --merge reads; with --devices, the merged results)")

@@ -77,7 +77,8 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
     if found is None:
         point = default_point(spec, chip, params)
         variant, config = point.variant, dict(point.config)
-        out |= {"row": "default", "why": "no tuned row in the table: the spec's default choice"}
+        out |= {"row": "default", "why": "the spec's default, measured faster here than every tuned point"
+                if key in table.kept else "no tuned row in the table: the spec's default choice"}
     else:
         variant, config = found.variant, dict(found.point)
         w = found.winner

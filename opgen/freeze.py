@@ -177,9 +177,11 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     tuned = len(shown["tuned"])
     how = (f": {table.measured} with the tuned point measured fastest there, the others"
            if table.measured else "")
+    kept = (f"{len(table.kept)} more left to the spec's default, measured fastest there, "
+            if table.kept else "")
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
                f"combinations filled{how} from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
-               f"{len(table.stale)} stale records not frozen"
+               f"{kept}{len(table.stale)} stale records not frozen"
                + (", its torn last line skipped." if table.torn else "."))
     if table.torn and notes is not None:
         notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "

@@ -1,8 +1,9 @@
 """The measure step of the table's fill (``opgen tune --measure-fill``): every tuned winner's
 point, deduplicated, re-measured side by side on each untuned bucket of a case set where it is
-legal and within budget, as Helion's ahead-of-time "measure" step does; one ``measure`` record
-per point and bucket. The build then fills each such bucket with the point that ran fastest
-there (:func:`opgen.table.fill_measured`).
+legal and within budget, as Helion's ahead-of-time "measure" step does, beside the spec's
+default for the bucket; one ``measure`` record per point and bucket. The build then fills each
+such bucket with the point that ran fastest there, or leaves it to the default where that ran
+fastest (:func:`opgen.table.fill_measured`).
 
 Uses ``table``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
 """
@@ -19,6 +20,9 @@ from .keys import Key, key_text, sort_key
 from .plan import Bucket
 from .space import Point
 from .spec import OpSpec
+
+
+DEFAULT_SOURCE = "spec default"  # a measure record's source when its point is the bucket's default
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,11 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
                  again: Callable[[list[Point], Bucket], dict[Point, float]],
                  sink: Callable[[str, dict[str, Any]], None]) -> list[FillMeasure]:
     """On each bucket of ``buckets_`` that no winner holds, every candidate that is legal there
-    and fits every case of the bucket: compiled and checked on its cases (``check``: per point,
-    the reason it failed, empty if it passed), then the ones that passed re-measured side by side
-    (``again``: geomean over the bucket's cases of interleaved runs); one ``measure`` record per
-    point (``run``: :func:`run_name`), a failed one with its reason."""
+    and fits every case of the bucket, and the spec's default at the bucket's first case where it
+    is no winner's point and fits every case too: compiled and checked on its cases (``check``:
+    per point, the reason it failed, empty if it passed), then the ones that passed re-measured
+    side by side (``again``: geomean over the bucket's cases of interleaved runs); one ``measure``
+    record per point (``run``: :func:`run_name`), a failed one with its reason."""
     from .table import fits_case
 
     pool = candidates(spec, profile, tuned)
@@ -61,22 +66,37 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
     for bucket in buckets_:
         if bucket.key in tuned:
             continue
-        here = [(k, p) for k, p in pool if all(fits_case(spec, profile, tuned[k], params) for params in bucket.params)]
+        here = [(f"winner of {k!r}", tuned[k].study, p) for k, p in pool
+                if all(fits_case(spec, profile, tuned[k], params) for params in bucket.params)]
+        default = _default_here(spec, profile, bucket)
+        if default is not None and all(p != default for _, _, p in here):
+            here.append((DEFAULT_SOURCE, "", default))
         if not here:
             continue
-        failed = check([p for _, p in here], bucket)
-        passed = [p for _, p in here if not failed[p]]
+        failed = check([p for _, _, p in here], bucket)
+        passed = [p for _, _, p in here if not failed[p]]
         times = again(passed, bucket) if passed else {}
         rows = []
-        for key, point in here:
+        for source, study, point in here:
             ms = times.get(point, math.inf)
             reason = failed[point] or ("" if math.isfinite(ms) else "failed when timed")
             sink("measure", dict(key=list(bucket.key), case=bucket.cases[0], variant=point.variant,
-                                 point=point.config, study=tuned[key].study, ms=ms if math.isfinite(ms) else None,
-                                 source=f"winner of {key!r}", run=run, reason=reason))
-            rows.append((f"winner of {key!r}", point, ms, reason))
+                                 point=point.config, study=study, ms=ms if math.isfinite(ms) else None,
+                                 source=source, run=run, reason=reason))
+            rows.append((source, point, ms, reason))
         out.append(FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0])))))
     return out
+
+
+def _default_here(spec: OpSpec, profile: ChipProfile, bucket: Bucket) -> Point | None:
+    """The spec's default at the bucket's first case, if it is legal and fits every case of the
+    bucket (None otherwise: the table cannot keep it there)."""
+    from .space import default_point
+    from .table import point_fits
+
+    point = default_point(spec, profile, bucket.params[0])
+    return point if all(point_fits(spec, profile, point.variant, point.config, params)
+                        for params in bucket.params) else None
 
 
 def fill_report(spec: OpSpec, results: list[FillMeasure]) -> str:

@@ -22,7 +22,8 @@ from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerReco
 from .settings import Settings
 from .spec import OpSpec
 from .space import point_id
-from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
+from .table import (checked_frozen_winner, cross_checked, fill_measured, fill_nearest, measured_defaults, read_keyed,
+                    split_winners)
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -89,21 +90,24 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     if other:
         lines.append(f"{other} trials measured a kernel since changed (not counted above)")
     lines.append(checks.line())
-    lines.extend(_measured_fills(spec, chip, found.records, fresh))
+    lines.extend(_measured_fills(spec, chip, found.records, fresh, kernel_hashes))
     return "\n".join(lines)
 
 
 def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...],
-                    fresh: Mapping[tuple, WinnerRecord]) -> list[str]:
-    """How many buckets the table fills from measurements, and where the nearest fill would have
-    run another point slower by more than the tuner's default tie margin (a smaller gap is a tie):
-    its time beside the measured winner's in the same run."""
-    measured = fill_measured(spec, chip, fresh, records)
-    if not measured:
+                    fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]) -> list[str]:
+    """How many buckets the table fills from measurements (and how many keep the spec's default,
+    measured faster there), and where the nearest fill would have run another point slower by
+    more than the tuner's default tie margin (a smaller gap is a tie): its time beside the
+    measured winner's in the same run."""
+    measured = fill_measured(spec, chip, fresh, records, kernel_hashes)
+    kept = measured_defaults(spec, chip, fresh, records, kernel_hashes)
+    if not measured and not kept:
         return []
     nearest = {r.key: r for r in fill_nearest(spec, chip, fresh)}
     times = {(r.key, r.run, point_id(r.variant, r.point)): r.ms for r in records if isinstance(r, MeasureRecord)}
-    lines = [f"Measured fills: {len(measured)} untuned buckets take the tuned point that ran fastest there"]
+    lines = [f"Measured fills: {len(measured)} untuned buckets take the tuned point that ran fastest there"
+             + (f", {len(kept)} keep the spec's default, which ran faster there than every tuned point" if kept else "")]
     for row in measured:
         near = nearest.get(row.key)
         if near is None or point_id(near.variant, near.point) == point_id(row.variant, row.point):

@@ -4,8 +4,9 @@
 bucket's winner in force (the latest one that met the one before it, :func:`held_winners`) whose
 kernel (content hash) and tunables still match (else it is a stale winner, reported in the
 table, never frozen), then fills each untuned bucket that the records measured the winners' points
-on with the fastest of them there (:func:`fill_measured`), and every other bucket of the dispatch
-key from the nearest tuned or measured bucket whose point is legal and fits there;
+on with the fastest of them there (:func:`fill_measured`; where the spec's default measured
+faster, the bucket keeps it), and every other bucket of the dispatch key from the nearest tuned or
+measured bucket whose point is legal and fits there;
 ``cross_checked`` finds which tuned rows have a current leave-one-out check in the records. Read
 by ``opgen build`` (``freeze``) and the tuner's cross-check.
 Uses ``records``, ``space``, ``spec``, ``hardware``.
@@ -28,7 +29,7 @@ from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
-           "fill_measured", "filled_rows", "leave_one_out_fill"]
+           "fill_measured", "filled_rows", "leave_one_out_fill", "measured_defaults", "point_fits"]
 
 
 class Row(NamedTuple):
@@ -106,6 +107,7 @@ class FrozenTable:
     torn: int
     checks: CrossChecked
     measured: int = 0  # of the filled rows, those filled from measurements on their bucket
+    kept: tuple[Key, ...] = ()  # untuned buckets left to the spec's default, measured fastest there
 
 
 def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
@@ -180,7 +182,13 @@ def _fits(spec: OpSpec, chip: ChipProfile, variant_name: str, point: Mapping[str
 
 def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any]) -> bool:
     """Whether a winner's variant is legal for ``params`` and its point within the chip's budget there."""
-    legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
+    return point_fits(spec, chip, rec.variant, rec.point, params)
+
+
+def point_fits(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
+               params: Mapping[str, Any]) -> bool:
+    """Whether the variant is legal for ``params`` with this point, within the chip's budget there."""
+    legal, fits = _fits(spec, chip, variant, point, params)
     return legal and fits
 
 
@@ -216,13 +224,14 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
-    filled = filled_rows(spec, chip, fresh, records.records) if fill else []
+    filled = filled_rows(spec, chip, fresh, records.records, kernel_hashes) if fill else []
+    kept = sorted(measured_defaults(spec, chip, fresh, records.records, kernel_hashes), key=sort_key) if fill else []
     measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured))
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(kept))
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
@@ -361,12 +370,37 @@ def stale(spec: OpSpec, chip: ChipProfile, path: Path,
 
 # --- measured fill ---------------------------------------------------------------------------
 def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                  records: Iterable[Record]) -> list[Row]:
+                  records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> list[Row]:
     """Rows for untuned keys with measure records (``opgen tune --measure-fill``): the point that
     ran fastest on the key in its latest run, among the points of ``tuned`` winners measured on
     their current kernel that are legal and fit the measured case. Equal times go to the winner
-    nearest the key (the nearest fill's order); a key whose run holds no such point (its
-    winners replaced since, or every one failed there) is left to :func:`fill_nearest`."""
+    nearest the key (the nearest fill's order). A key whose run holds no such point (its
+    winners replaced since, or every one failed there) is left to :func:`fill_nearest`; a key
+    where the spec's default ran faster than every such point gets no row
+    (:func:`measured_defaults`)."""
+    tunables = spec.tunables_for(chip.backend)
+    return [Row(key, tuned[src].variant, {n: tuned[src].point[n] for n in tunables}, tuned[src], src, rec)
+            for key, (src, rec) in _measured_best(spec, chip, tuned, records, kernel_hashes).items()
+            if src is not None]
+
+
+def measured_defaults(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                      records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> dict[Key, MeasureRecord]:
+    """Untuned keys where the spec's default, measured on its current kernel and still the default
+    at the measured case, ran faster than every tuned point of the same run: each with its
+    record. The table leaves them to the default (no row, no nearest fill)."""
+    return {key: rec for key, (src, rec) in _measured_best(spec, chip, tuned, records, kernel_hashes).items()
+            if src is None}
+
+
+def _measured_best(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                   records: Iterable[Record], kernel_hashes: Mapping[str, str]
+                   ) -> dict[Key, tuple[Key | None, MeasureRecord]]:
+    """Per untuned key with a current candidate in its latest measure run: the fastest one, as
+    (the tuned key whose point it is, or None for the spec's default; its record)."""
+    from .measure_fill import DEFAULT_SOURCE
+    from .space import default_point
+
     bucketed = [i for i, f in enumerate(spec.dispatch.key.values()) if split_key_field(f)[1]]
     holders: dict[str, list[Key]] = {}
     for key in sorted(tuned, key=sort_key):
@@ -375,37 +409,45 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
     for rec in records:
         if isinstance(rec, MeasureRecord) and rec.key not in tuned:
             by_key.setdefault(rec.key, []).append(rec)
-    tunables = spec.tunables_for(chip.backend)
-    rows = []
+    out: dict[Key, tuple[Key | None, MeasureRecord]] = {}
     for key in sorted(by_key, key=sort_key):
         run = by_key[key][-1].run
-        latest = {point_id(r.variant, r.point): r for r in by_key[key] if r.run == run}
+        latest = {(r.source == DEFAULT_SOURCE, point_id(r.variant, r.point)): r for r in by_key[key] if r.run == run}
         order = _nearest(bucketed, key)
-        ranked = []
-        for ident, rec in latest.items():
-            owners = [k for k in holders.get(ident, ()) if tuned[k].kernel_hash == rec.kernel_hash]
-            if rec.ms is None or not owners:
-                continue
-            src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
+        ranked, current = [], 0
+        for (is_default, ident), rec in latest.items():
             try:
                 params = _params(spec, rec.case, f"measured fill of {key}")
             except RecordError:
                 continue  # a case the spec no longer evaluates
-            if fits_case(spec, chip, tuned[src], params):
-                ranked.append(((rec.ms, _plain_mismatch(bucketed, src, key), order(src)), src, rec))
-        if ranked:
+            if is_default:
+                if (rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash
+                        and default_point(spec, chip, params).ident == ident
+                        and point_fits(spec, chip, rec.variant, rec.point, params)):
+                    ranked.append(((rec.ms, 1, ()), None, rec))  # a tie goes to a tuned point
+                continue
+            owners = [k for k in holders.get(ident, ()) if tuned[k].kernel_hash == rec.kernel_hash]
+            if not owners:
+                continue
+            current += 1
+            src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
+            if rec.ms is not None and fits_case(spec, chip, tuned[src], params):
+                ranked.append(((rec.ms, 0, (_plain_mismatch(bucketed, src, key), order(src))), src, rec))
+        if ranked and current:  # a run whose tuned points are all stale compares nothing now
             _, src, rec = min(ranked, key=lambda t: t[0])
-            won = tuned[src]
-            rows.append(Row(key, won.variant, {n: won.point[n] for n in tunables}, won, src, rec))
-    return rows
+            out[key] = (src, rec)
+    return out
 
 
 def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                records: Iterable[Record]) -> list[Row]:
+                records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> list[Row]:
     """The rows the table fills: measured buckets (:func:`fill_measured`), then the nearest fill
-    from the tuned and measured buckets (:func:`fill_nearest`)."""
-    measured = fill_measured(spec, chip, tuned, records)
-    return measured + fill_nearest(spec, chip, {**tuned, **stand_ins(measured)})
+    from the tuned and measured buckets (:func:`fill_nearest`), which leaves alone the buckets
+    where the spec's default was measured fastest (:func:`measured_defaults`)."""
+    records = tuple(records)
+    measured = fill_measured(spec, chip, tuned, records, kernel_hashes)
+    kept = measured_defaults(spec, chip, tuned, records, kernel_hashes)
+    return measured + fill_nearest(spec, chip, {**tuned, **stand_ins(measured)}, keep=frozenset(kept))
 
 
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
@@ -451,9 +493,9 @@ def _free_fields(spec: OpSpec) -> dict[int, str | None]:
 
 
 def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                 only: Key | None = None) -> list[Row]:
+                 only: Key | None = None, keep: frozenset[Key] = frozenset()) -> list[Row]:
     """Rows for untuned keys that differ from tuned ones only in bucketed fields (with ``only``,
-    the row of that key alone, if it gets one).
+    the row of that key alone, if it gets one), but for the keys of ``keep`` (left to the default).
 
     For each assignment of the categorical fields among ``tuned``, every combination of bucket
     indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
@@ -479,7 +521,7 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
         for combo in itertools.product(*(range(n) for n in counts)):
             slots, rest = dict(zip(bucketed, combo)), iter(cat)
             target = tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
-            if target in tuned or (only is not None and target != only):
+            if target in tuned or target in keep or (only is not None and target != only):
                 continue
             for src in sorted(groups[cat], key=_nearest(bucketed, target)):
                 if reach is not None and sum(abs(src[i] - target[i]) for i in bucketed) > reach:

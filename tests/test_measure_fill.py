@@ -1,6 +1,7 @@
 """The measured fill: measure records round-trip; an untuned bucket takes the tuned point that
-ran fastest there in its latest run, over the nearest bucket's; it falls back to the nearest
-fill when its measures are failed, stale or of points no winner holds; the frozen table marks
+ran fastest there in its latest run, over the nearest bucket's, or keeps the spec's default where
+that ran faster; it falls back to the nearest fill when its measures are failed, stale or of
+points no winner holds; the frozen table marks
 measured fills; and ``opgen tune --measure-fill`` on the interpreter writes the records that
 ``opgen build`` freezes, deterministically."""
 import dataclasses
@@ -117,6 +118,48 @@ def test_without_a_current_measure_the_nearest_fill_serves(setup, gla, hashes, m
     assert (row.measured, row.source, table.measured) == (None, large.key, 0)
 
 
+def _default_measure(gla, target, case, ms, hashes, **change):
+    from opgen.space import default_point
+
+    point = default_point(gla, CHIP, tables._params(gla, case, "test"))
+    return records.MeasureRecord(
+        op=OP, chip="h200", toolchain=TOOLS, kernel_hash=hashes[point.variant], key=target, case=case,
+        variant=point.variant, point={**point.config, **change}, study="", date="2026-12-01", ms=ms,
+        source="spec default", run="2026-12-01/aaaa")
+
+
+@pytest.mark.parametrize("default_ms, small_ms, kept", [
+    (0.05, 0.10, True),  # the default ran fastest: the bucket keeps it
+    (0.10, 0.10, False),  # a tie goes to the tuned point
+    (0.05, None, True),  # every tuned point failed there, the default ran
+    (None, 0.10, False),  # the default failed there
+])
+def test_a_bucket_where_the_default_ran_fastest_keeps_it(setup, gla, hashes, default_ms, small_ms, kept):
+    path, small, large, case, target = setup
+    _write(path, [small, large, _measure(target, case, small, small_ms), _measure(target, case, large, 0.20),
+                  _default_measure(gla, target, case, default_ms, hashes)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    assert (target in _filled(table)) == (not kept) and table.kept == ((target,) if kept else ())
+    if not kept:
+        assert _filled(table)[target].measured.ms == min(m for m in (small_ms, 0.20) if m is not None)
+    # the buckets around it are filled as before: from the tuned buckets, not from the kept one
+    above = target[:6] + (target[6] + 1,)
+    assert _filled(table)[above].source in ((small.key, large.key) if kept else (target,))
+
+
+@pytest.mark.parametrize("stale", [
+    lambda r, hashes: dataclasses.replace(r, kernel_hash="sha256:edited"),  # measured on another kernel
+    lambda r, hashes: dataclasses.replace(r, point={**r.point, "num_warps": 2}),  # the default is another point now
+    lambda r, hashes: dataclasses.replace(r, run="2026-11-30/bbbb"),  # an earlier run
+])
+def test_a_default_measured_on_another_kernel_point_or_run_keeps_nothing(setup, gla, hashes, stale):
+    path, small, large, case, target = setup
+    default = stale(_default_measure(gla, target, case, 0.01, hashes), hashes)
+    _write(path, [small, large, default, _measure(target, case, small, 0.10), _measure(target, case, large, 0.20)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    assert table.kept == () and _filled(table)[target].source == small.key
+
+
 def test_a_measure_on_a_tuned_bucket_changes_nothing(setup, gla, hashes):
     path, small, large, _, _ = setup
     _write(path, [small, large])
@@ -156,15 +199,27 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     out = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
                  "--measure-fill", *common).stdout
     measures = [r for r in _records(root) if r["kind"] == "measure"]
-    points = {json.dumps(w["point"], sort_keys=True) for w in winners.values()}
-    assert {json.dumps(m["point"], sort_keys=True) for m in measures} == points  # each distinct winner once
-    assert len(measures) == len(points) and {tuple(m["key"]) for m in measures} == {(2,)}
-    assert len({m["run"] for m in measures}) == 1
+    # each distinct winner once, and the spec's default (good, BLOCK 16: no winner's point)
+    assert sorted((m["source"], m["variant"], m["point"]["BLOCK"]) for m in measures) == [
+        ("spec default", "good", 16), ("winner of (0,)", "wrong", 16), ("winner of (1,)", "good", 32)]
+    assert {tuple(m["key"]) for m in measures} == {(2,)} and len({m["run"] for m in measures}) == 1
+    assert [m["study"] for m in measures if m["source"] == "spec default"] == [""]
     failed = [m for m in measures if m["variant"] == "wrong"]
     assert len(failed) == 1 and failed[0]["ms"] is None and failed[0]["reason"].startswith("wrong_result: ")
     assert all(m["ms"] > 0 and m["reason"] == "" for m in measures if m["variant"] == "good")
-    assert "N > 4096:" in out and "(wrong_result: " in out
-    best = min((m for m in measures if m["ms"] is not None), key=lambda m: (m["ms"], m["source"]))
+    assert "N > 4096:" in out and "(wrong_result: " in out and "spec default: good:BLOCK=16" in out
+    # the interpreter's times decide nothing here: the default is set slower, then faster
+    lines = (root / RECORDS).read_text().splitlines()
+
+    def default_ms(ms):
+        edited = [json.loads(line) for line in lines]
+        for r in edited:
+            if r.get("source") == "spec default":
+                r["ms"] = ms
+        (root / RECORDS).write_text("".join(json.dumps(r) + "\n" for r in edited))
+
+    best = next(m for m in measures if m["variant"] == "good" and m["source"] != "spec default")
+    default_ms(best["ms"] * 2)
     _opgen(root, "build")
     table = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
     assert "1 with the tuned point measured fastest there" in " ".join(table.split())
@@ -177,6 +232,15 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     assert explained["filled_by"] == "measured" and explained["config"] == best["point"]
     _opgen(root, "build")
     assert (root / "generated" / "toy_op" / "table_interpreter.py").read_text() == table
+    # the default ran faster: the bucket keeps it, no row and no nearest fill there
+    default_ms(best["ms"] / 2)
+    _opgen(root, "build")
+    kept = (root / "generated" / "toy_op" / "table_interpreter.py").read_text()
+    assert "1 more left to the spec's default, measured fastest there" in " ".join(kept.split())
+    assert "measured fastest here" not in kept and "(2, 2)" not in kept[kept.index("FILL = ("):]
+    explained = json.loads(_opgen(root, "explain", "toy_op", "--chip", "interpreter", "N=5000", "--json").stdout)
+    assert explained["row"] == "default" and explained["config"] == {"BLOCK": 16}
+    assert explained["why"] == "the spec's default, measured faster here than every tuned point"
 
 
 def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_kernel(setup, gla, hashes):
@@ -193,6 +257,11 @@ def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_ker
     # within the tuner's default tie margin (2%) the two points tie: no edge to move
     _write(path, [small, large, _measure(target, case, small, 0.100), _measure(target, case, large, 0.101)])
     assert report(gla, CHIP, path, hashes).splitlines()[-1].startswith("Measured fills: 1 ")
+    # the default ran fastest: the bucket keeps it
+    _write(path, [small, large, _measure(target, case, small, 0.10), _default_measure(gla, target, case, 0.05, hashes)])
+    assert report(gla, CHIP, path, hashes).splitlines()[-1] == (
+        "Measured fills: 0 untuned buckets take the tuned point that ran fastest there, 1 keep the spec's "
+        "default, which ran faster there than every tuned point")
 
 
 def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
