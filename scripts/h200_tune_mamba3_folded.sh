@@ -14,6 +14,8 @@ mkdir -p "$out" .tune
 source scripts/device_env.sh
 python3 -m opgen.cli build --check || exit 1
 (while sleep 15; do cp records/h200/mamba3_mimo_bwd_fwd.jsonl "$out/"; done) &
+keeper=$!
+trap 'kill $keeper 2>/dev/null' EXIT
 for cases in official_z official; do
     python3 -m opgen.cli tune mamba3_mimo_bwd_fwd --chip h200 --cases "$cases" --variants "$variants" \
         --trials "$trials" --warmup 2 --repeat 5 --study-seconds 12 --point-timeout 40 \
