@@ -22,8 +22,7 @@ from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerReco
 from .settings import Settings
 from .spec import OpSpec
 from .space import point_id
-from .table import (checked_frozen_winner, cross_checked, fill_measured, fill_nearest, measured_defaults, read_keyed,
-                    split_winners)
+from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -100,8 +99,7 @@ def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...]
     measured faster there), and where the nearest fill would have run another point slower by
     more than the tuner's default tie margin (a smaller gap is a tie): its time beside the
     measured winner's in the same run."""
-    measured = fill_measured(spec, chip, fresh, records, kernel_hashes)
-    kept = measured_defaults(spec, chip, fresh, records, kernel_hashes)
+    measured, kept = fill_measured(spec, chip, fresh, records, kernel_hashes)
     if not measured and not kept:
         return []
     nearest = {r.key: r for r in fill_nearest(spec, chip, fresh)}

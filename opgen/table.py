@@ -29,7 +29,7 @@ from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
-           "fill_measured", "filled_rows", "leave_one_out_fill", "measured_defaults", "point_fits"]
+           "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits"]
 
 
 class Row(NamedTuple):
@@ -107,7 +107,7 @@ class FrozenTable:
     torn: int
     checks: CrossChecked
     measured: int = 0  # of the filled rows, those filled from measurements on their bucket
-    kept: tuple[Key, ...] = ()  # untuned buckets left to the spec's default, measured fastest there
+    kept: tuple[Key, ...] = ()  # untuned buckets left to the spec's default, measured fastest there (key order)
 
 
 def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
@@ -224,14 +224,14 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
-    filled = filled_rows(spec, chip, fresh, records.records, kernel_hashes) if fill else []
-    kept = sorted(measured_defaults(spec, chip, fresh, records.records, kernel_hashes), key=sort_key) if fill else []
+    by_measure = fill_measured(spec, chip, fresh, records.records, kernel_hashes) if fill else MeasuredFill([], {})
+    filled = filled_rows(spec, chip, fresh, by_measure) if fill else []
     measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(kept))
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(by_measure.kept))
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
@@ -369,35 +369,23 @@ def stale(spec: OpSpec, chip: ChipProfile, path: Path,
 
 
 # --- measured fill ---------------------------------------------------------------------------
+class MeasuredFill(NamedTuple):
+    """What the measure records decide (:func:`fill_measured`): the rows of the buckets a tuned
+    point ran fastest on, and the buckets left to the spec's default, with the record of each."""
+
+    rows: list[Row]
+    kept: dict[Key, MeasureRecord]
+
+
 def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                  records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> list[Row]:
-    """Rows for untuned keys with measure records (``opgen tune --measure-fill``): the point that
-    ran fastest on the key in its latest run, among the points of ``tuned`` winners measured on
+                  records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> MeasuredFill:
+    """What the measure records (``opgen tune --measure-fill``) decide for untuned keys: a row of
+    the point that ran fastest on the key in its latest run, among the points of ``tuned`` winners measured on
     their current kernel that are legal and fit the measured case. Equal times go to the winner
     nearest the key (the nearest fill's order). A key whose run holds no such point (its
-    winners replaced since, or every one failed there) is left to :func:`fill_nearest`; a key
-    where the spec's default ran faster than every such point gets no row
-    (:func:`measured_defaults`)."""
-    tunables = spec.tunables_for(chip.backend)
-    return [Row(key, tuned[src].variant, {n: tuned[src].point[n] for n in tunables}, tuned[src], src, rec)
-            for key, (src, rec) in _measured_best(spec, chip, tuned, records, kernel_hashes).items()
-            if src is not None]
-
-
-def measured_defaults(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                      records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> dict[Key, MeasureRecord]:
-    """Untuned keys where the spec's default, measured on its current kernel and still the default
-    at the measured case, ran faster than every tuned point of the same run: each with its
-    record. The table leaves them to the default (no row, no nearest fill)."""
-    return {key: rec for key, (src, rec) in _measured_best(spec, chip, tuned, records, kernel_hashes).items()
-            if src is None}
-
-
-def _measured_best(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                   records: Iterable[Record], kernel_hashes: Mapping[str, str]
-                   ) -> dict[Key, tuple[Key | None, MeasureRecord]]:
-    """Per untuned key with a current candidate in its latest measure run: the fastest one, as
-    (the tuned key whose point it is, or None for the spec's default; its record)."""
+    winners replaced since, or every one failed there) is left to :func:`fill_nearest`. A key
+    where the spec's default (measured on its current kernel, and still the default at the
+    measured case) ran faster than every such point gets no row: it is kept at the default."""
     from .measure_fill import DEFAULT_SOURCE
     from .space import default_point
 
@@ -409,7 +397,8 @@ def _measured_best(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRe
     for rec in records:
         if isinstance(rec, MeasureRecord) and rec.key not in tuned:
             by_key.setdefault(rec.key, []).append(rec)
-    out: dict[Key, tuple[Key | None, MeasureRecord]] = {}
+    tunables = spec.tunables_for(chip.backend)
+    out = MeasuredFill([], {})
     for key in sorted(by_key, key=sort_key):
         run = by_key[key][-1].run
         latest = {(r.source == DEFAULT_SOURCE, point_id(r.variant, r.point)): r for r in by_key[key] if r.run == run}
@@ -433,21 +422,24 @@ def _measured_best(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRe
             src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
             if rec.ms is not None and fits_case(spec, chip, tuned[src], params):
                 ranked.append(((rec.ms, 0, (_plain_mismatch(bucketed, src, key), order(src))), src, rec))
-        if ranked and current:  # a run whose tuned points are all stale compares nothing now
-            _, src, rec = min(ranked, key=lambda t: t[0])
-            out[key] = (src, rec)
+        if not (ranked and current):  # a run whose tuned points are all stale compares nothing now
+            continue
+        _, src, rec = min(ranked, key=lambda t: t[0])
+        if src is None:
+            out.kept[key] = rec
+        else:
+            out.rows.append(Row(key, tuned[src].variant, {n: tuned[src].point[n] for n in tunables},
+                                tuned[src], src, rec))
     return out
 
 
 def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> list[Row]:
-    """The rows the table fills: measured buckets (:func:`fill_measured`), then the nearest fill
-    from the tuned and measured buckets (:func:`fill_nearest`), which leaves alone the buckets
-    where the spec's default was measured fastest (:func:`measured_defaults`)."""
-    records = tuple(records)
-    measured = fill_measured(spec, chip, tuned, records, kernel_hashes)
-    kept = measured_defaults(spec, chip, tuned, records, kernel_hashes)
-    return measured + fill_nearest(spec, chip, {**tuned, **stand_ins(measured)}, keep=frozenset(kept))
+                measured: MeasuredFill) -> list[Row]:
+    """The rows the table fills: the measured buckets (``measured``, :func:`fill_measured`), then
+    the nearest fill from the tuned and measured buckets (:func:`fill_nearest`), which leaves the
+    buckets kept at the default alone."""
+    return measured.rows + fill_nearest(spec, chip, {**tuned, **stand_ins(measured.rows)},
+                                        keep=frozenset(measured.kept))
 
 
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
