@@ -1,9 +1,10 @@
 """The measure step of the table's fill (``opgen tune --measure-fill``): every tuned winner's
-point, deduplicated, re-measured side by side on each untuned bucket of a case set where it is
-legal and within budget, as Helion's ahead-of-time "measure" step does, beside the spec's
-default for the bucket; one ``measure`` record per point and bucket. The build then fills each
-such bucket with the point that ran fastest there, or leaves it to the default where that ran
-fastest (:func:`opgen.table.fill_measured`).
+point, carried to each untuned bucket of a case set (the tunables its variant fixes, such as
+vloop's one K tile, take their values there), deduplicated, and re-measured side by side on the
+bucket where it is legal and within budget, as Helion's ahead-of-time "measure" step does,
+beside the spec's default for the bucket; one ``measure`` record per point and bucket. The build
+then fills each such bucket with the point that ran fastest there, or leaves it to the default
+where that ran fastest (:func:`opgen.table.fill_measured`).
 
 Uses ``table``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
 """
@@ -53,21 +54,23 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
                  run: str, check: Callable[[list[Point], Bucket], dict[Point, str]],
                  again: Callable[[list[Point], Bucket], dict[Point, float]],
                  sink: Callable[[str, dict[str, Any]], None]) -> list[FillMeasure]:
-    """On each bucket of ``buckets_`` that no winner holds, every candidate that is legal there
-    and fits every case of the bucket, and the spec's default at the bucket's first case where it
-    is no winner's point and fits every case too: compiled and checked on its cases (``check``:
+    """On each bucket of ``buckets_`` that no winner holds, every candidate carried to the bucket
+    (:func:`carried_point`: legal there and within budget on every case of the bucket), and the
+    spec's default at the bucket's first case where it is no candidate's point and fits every
+    case too: compiled and checked on its cases (``check``:
     per point, the reason it failed, empty if it passed), then the ones that passed re-measured
     side by side (``again``: geomean over the bucket's cases of interleaved runs); one ``measure``
     record per point (``run``: :func:`run_name`), a failed one with its reason."""
-    from .table import fits_case
-
     pool = candidates(spec, profile, tuned)
     out = []
     for bucket in buckets_:
         if bucket.key in tuned:
             continue
-        here = [(f"winner of {k!r}", tuned[k].study, p) for k, p in pool
-                if all(fits_case(spec, profile, tuned[k], params) for params in bucket.params)]
+        here: list[tuple[str, str, Point]] = []
+        for k, p in pool:
+            point = carried_point(spec, profile, p, bucket)
+            if point is not None and all(point != q for _, _, q in here):
+                here.append((f"winner of {k!r}", tuned[k].study, point))
         default = _default_here(spec, profile, bucket)
         if default is not None and all(p != default for _, _, p in here):
             here.append((DEFAULT_SOURCE, "", default))
@@ -86,6 +89,21 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
             rows.append((source, point, ms, reason))
         out.append(FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0])))))
     return out
+
+
+def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Bucket) -> Point | None:
+    """A tuned winner's point carried to the bucket (:func:`opgen.space.carried`: the tunables its
+    variant fixes evaluated at the bucket's first case), if it is legal and fits every case of
+    the bucket there; None otherwise."""
+    from .space import carried
+    from .table import point_fits
+
+    config = carried(spec, point.variant, point.config, bucket.params[0])
+    if config is None:
+        return None
+    moved = Point.of(point.variant, config, spec.tunables_for(profile.backend))
+    return moved if all(point_fits(spec, profile, moved.variant, moved.config, params)
+                        for params in bucket.params) else None
 
 
 def _default_here(spec: OpSpec, profile: ChipProfile, bucket: Bucket) -> Point | None:

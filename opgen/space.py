@@ -12,7 +12,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .errors import BuildError, SpecError, UnsupportedInput
+from .errors import BuildError, ExprError, SpecError, UnsupportedInput
 from .expr import Expr
 from .hardware import ChipProfile
 from .spec import OpSpec
@@ -186,6 +186,17 @@ def fixed_values(spec: OpSpec, variant: Variant, params: Mapping[str, Any]) -> d
                                 "a tunable fixed by one axis only", name)
             out[name] = expr.evaluate(params)
     return out
+
+
+def carried(spec: OpSpec, variant_name: str, config: Mapping[str, Any],
+            params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A point's config carried to the shape of ``params``: the tunables its variant fixes take
+    the values they evaluate to there, the others keep theirs (a vloop winner tuned at K = 64,
+    BK = 64, carried to K = 32 runs BK = 32). None where the fixed tunables do not evaluate."""
+    try:
+        return {**config, **fixed_values(spec, find_variant(spec, variant_name), params)}
+    except (SpecError, ExprError):
+        return None
 
 
 def budget_formula(spec: OpSpec, profile: ChipProfile) -> tuple[str, dict[str, Expr]] | None:

@@ -380,8 +380,9 @@ class MeasuredFill(NamedTuple):
 def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
                   records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> MeasuredFill:
     """What the measure records (``opgen tune --measure-fill``) decide for untuned keys: a row of
-    the point that ran fastest on the key in its latest run, among the points of ``tuned`` winners measured on
-    their current kernel that are legal and fit the measured case. Equal times go to the winner
+    the point that ran fastest on the key in its latest run, among the points of ``tuned`` winners,
+    carried to the measured case as the measure step carries them (:func:`opgen.space.carried`),
+    measured on their current kernel, legal and within budget there. Equal times go to the winner
     nearest the key (the nearest fill's order). A key whose run holds no such point (its
     winners replaced since, or every one failed there) is left to :func:`fill_nearest`. A key
     where the spec's default (measured on its current kernel, and still the default at the
@@ -390,15 +391,13 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
     from .space import default_point
 
     bucketed = [i for i, f in enumerate(spec.dispatch.key.values()) if split_key_field(f)[1]]
-    holders: dict[str, list[Key]] = {}
-    for key in sorted(tuned, key=sort_key):
-        holders.setdefault(point_id(tuned[key].variant, tuned[key].point), []).append(key)
+    tunables = spec.tunables_for(chip.backend)
     by_key: dict[Key, list[MeasureRecord]] = {}
     for rec in records:
         if isinstance(rec, MeasureRecord) and rec.key not in tuned:
             by_key.setdefault(rec.key, []).append(rec)
-    tunables = spec.tunables_for(chip.backend)
     out = MeasuredFill([], {})
+    holders_at: dict[tuple, dict[str, list[Key]]] = {}  # per measured case
     for key in sorted(by_key, key=sort_key):
         run = by_key[key][-1].run
         latest = {(r.source == DEFAULT_SOURCE, point_id(r.variant, r.point)): r for r in by_key[key] if r.run == run}
@@ -409,6 +408,10 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 params = _params(spec, rec.case, f"measured fill of {key}")
             except RecordError:
                 continue  # a case the spec no longer evaluates
+            case = tuple(sorted(rec.case.items()))
+            if case not in holders_at:
+                holders_at[case] = _carried_holders(spec, tuned, tunables, params)
+            holders = holders_at[case]
             if is_default:
                 if (rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash
                         and default_point(spec, chip, params).ident == ident
@@ -420,7 +423,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 continue
             current += 1
             src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
-            if rec.ms is not None and fits_case(spec, chip, tuned[src], params):
+            if rec.ms is not None and point_fits(spec, chip, rec.variant, rec.point, params):
                 ranked.append(((rec.ms, 0, (_plain_mismatch(bucketed, src, key), order(src))), src, rec))
         if not (ranked and current):  # a run whose tuned points are all stale compares nothing now
             continue
@@ -428,9 +431,23 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
         if src is None:
             out.kept[key] = rec
         else:
-            out.rows.append(Row(key, tuned[src].variant, {n: tuned[src].point[n] for n in tunables},
-                                tuned[src], src, rec))
+            out.rows.append(Row(key, rec.variant, {n: rec.point[n] for n in tunables}, tuned[src], src, rec))
     return out
+
+
+def _carried_holders(spec: OpSpec, tuned: Mapping[Key, WinnerRecord], tunables: Iterable[str],
+                     params: Mapping[str, Any]) -> dict[str, list[Key]]:
+    """The tuned keys by the identity of their winner's point carried to ``params``
+    (:func:`opgen.space.carried`), in key order: the points the measure step ran there."""
+    from .space import carried
+
+    holders: dict[str, list[Key]] = {}
+    for key in sorted(tuned, key=sort_key):
+        rec = tuned[key]
+        config = carried(spec, rec.variant, {n: rec.point[n] for n in tunables}, params)
+        if config is not None:
+            holders.setdefault(point_id(rec.variant, config), []).append(key)
+    return holders
 
 
 def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
@@ -445,7 +462,8 @@ def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecor
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
     """Measured rows as sources of the nearest fill, beside the tuned winners: each its winner's
     record moved to the measured key and case, with the time measured there as its median."""
-    return {r.key: dataclasses.replace(r.winner, key=r.key, case=r.measured.case, median_ms=r.measured.ms)
+    return {r.key: dataclasses.replace(r.winner, key=r.key, case=r.measured.case, point=dict(r.point),
+                                       median_ms=r.measured.ms)
             for r in measured}
 
 

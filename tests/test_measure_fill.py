@@ -20,7 +20,7 @@ from opgen.spec import load_spec
 from opgen.table_layout import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_records import CHIP, OP, POINT, TOOLS, _filled, _path, _winner, _write, gla, hashes  # noqa: E402,F401
+from test_records import BASE, CHIP, OP, POINT, TOOLS, _filled, _path, _winner, _write, gla, hashes  # noqa: E402,F401
 from test_tune import RECORDS, _opgen, _project, _records  # noqa: E402
 
 
@@ -277,3 +277,54 @@ def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
     assert above["filled_by"] == "nearest measured" and "filled from the measured bucket" in explain.text(above)
     far = explain.explain(tmp_path, gla, CHIP, {**case, "K": 32}, table)
     assert far["filled_by"] == "nearest"
+
+
+def test_a_winner_is_carried_to_another_shape_with_the_tunables_its_variant_fixes(gla):
+    from opgen.space import carried
+
+    vloop = {**POINT, "EARLY_INTRA": True}  # vloop fixes BK = max(16, pow2(K)) and EARLY_INTRA
+    k32 = tables._params(gla, {**BASE, "K": 32}, "test")
+    assert carried(gla, "post_vloop_tiled", vloop, k32) == {**vloop, "BK": 32}
+    assert carried(gla, "post_general_tiled", POINT, k32) == POINT  # general fixes nothing here
+    assert carried(gla, "post_vloop2_tiled", vloop, tables._params(gla, {**BASE, "K": 192}, "test"))["BK"] == 128
+
+
+def test_the_measure_step_runs_each_winner_carried_to_the_bucket(gla):
+    from opgen.hardware import profile
+    from opgen.measure_fill import carried_point, measure_fill
+    from opgen.plan import buckets
+    from opgen.space import Point
+
+    chip = profile("h200")
+    vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
+    general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=64, V=256)
+    found = buckets(gla, [{**BASE, "K": 32}, {**BASE, "K": 192}])
+    pool = {vloop.key: vloop, general.key: general}
+    sunk, checked = [], []
+
+    def check(points, bucket):
+        checked.append((bucket.key, [p.config["BK"] for p in points if p.variant == "post_vloop_tiled"]))
+        return {p: "" for p in points}
+
+    measure_fill(gla, chip, found, pool, "run", check,
+                 lambda points, bucket: {p: 0.1 for p in points}, lambda kind, rec: sunk.append(rec))
+    # K = 32: vloop runs its one K tile of 32 columns; K = 192: vloop is not legal (K <= 128)
+    assert checked[0] == (found[0].key, [32]) and checked[1] == (found[1].key, [])
+    assert {r["variant"] for r in sunk if r["key"] == list(found[0].key)} >= {"post_vloop_tiled", "post_general_tiled"}
+    assert carried_point(gla, chip, Point.of(vloop.variant, vloop.point, gla.tunables_for("cuda")), found[1]) is None
+
+
+def test_a_carried_point_measured_fastest_fills_the_bucket_with_its_own_tunables(gla, hashes, tmp_path):
+    path = _path(tmp_path)
+    vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
+    general = _winner(gla, "post_general_tiled", K=128)
+    case = {**BASE, "K": 32}
+    target = tables.key_of(gla, tables._params(gla, case, "test"))
+    ran = dataclasses.replace(_measure(target, case, vloop, 0.05), point={**vloop.point, "BK": 32})
+    _write(path, [vloop, general, ran, _measure(target, case, general, 0.10)])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    row = _filled(table)[target]
+    assert (row.variant, row.point["BK"], row.source, row.measured.ms) == ("post_vloop_tiled", 32, vloop.key, 0.05)
+    # its neighbours take the point as measured here, not the winner's K = 64 tile
+    above = target[:6] + (target[6] + 1,)
+    assert (_filled(table)[above].source, _filled(table)[above].point["BK"]) == (target, 32)
