@@ -111,6 +111,17 @@ class _Drawer:
                 return row
         return None
 
+    def draw(self, count: int, where: str, what: str) -> list[Case]:
+        """``count`` acceptable new cases; SpecError at ``where`` if the region runs dry."""
+        out: list[Case] = []
+        for _ in range(count):
+            row = self.next(TRIES)
+            if row is None:
+                raise SpecError(self.spec.path, where, f"a region where some of {TRIES} draws in a row pass the "
+                                "spec's checks, limit and defaults and are new", f"{len(out)} {what}")
+            out.append(row)
+        return out
+
 
 def _legal(spec: OpSpec, variant: Variant, row: Case) -> bool:
     """Whether ``variant`` is legal for the case."""
@@ -118,8 +129,10 @@ def _legal(spec: OpSpec, variant: Variant, row: Case) -> bool:
 
 
 def sample_cases(spec: OpSpec, count: int | None = None, seed: int | None = None,
-                 holdout: float | None = None, measure: float | None = None) -> SampledCases:
+                 holdout: float | None = None, measure: float | None = None,
+                 measure_extra: int | None = None) -> SampledCases:
     """Draw the spec's sampled case sets; arguments left None take the sampling section's values.
+    The ``measure_extra`` cases are drawn last, into the measure part.
 
     Raises:
         UsageError: the spec has no sampling section, or shares that leave no tune part.
@@ -132,20 +145,16 @@ def sample_cases(spec: OpSpec, count: int | None = None, seed: int | None = None
     seed = sampling.seed if seed is None else seed
     holdout = sampling.holdout if holdout is None else holdout
     measure = sampling.measure if measure is None else measure
-    if count < 1 or holdout < 0 or measure < 0 or holdout + measure >= 1:
-        raise UsageError(f"--sample {count} --holdout {holdout} --measure {measure}: expected at least one "
-                         "case and holdout + measure below 1")
+    extra = sampling.measure_extra if measure_extra is None else measure_extra
+    if count < 1 or holdout < 0 or measure < 0 or holdout + measure >= 1 or extra < 0:
+        raise UsageError(f"--sample {count} --holdout {holdout} --measure {measure} --measure-extra {extra}: "
+                         "expected at least one case, holdout + measure below 1 and no negative extra")
     included = [row for name in sampling.include for row in spec.expand_cases(name)]
     drawer = _Drawer(spec, seed, {_frozen(r) for r in included})
-    drawn: list[Case] = []
-    for _ in range(count):
-        row = drawer.next(TRIES)
-        if row is None:
-            raise SpecError(spec.path, "sampling", f"a region where some of {TRIES} draws in a row pass the "
-                            "spec's checks, limit and defaults and are new", f"{len(drawn)} cases drawn")
-        drawn.append(row)
+    drawn = drawer.draw(count, "sampling", "cases drawn")
     topped = _cover(spec, drawer, drawn)
     tune, meas, hold = _split(drawn, seed, holdout, measure)
+    meas += drawer.draw(extra, "sampling.measure_extra", "extra measure cases drawn")
     names = sampling.part_names()
     parts = {names[0]: included + tune, names[1]: meas, names[2]: hold}
     return SampledCases({k: v for k, v in parts.items() if v or k != names[1]}, topped)

@@ -344,9 +344,10 @@ def _cmd_cases(args: argparse.Namespace) -> int:
 
     root = _root(args)
     spec = _op_spec(root, args.op)
-    sampled = sample_cases(spec, args.sample, args.seed, args.holdout, args.measure)
-    given = [f"--{k} {v}" for k, v in (("sample", args.sample), ("seed", args.seed), ("holdout", args.holdout),
-                                       ("measure", args.measure)) if v is not None]
+    sampled = sample_cases(spec, args.sample, args.seed, args.holdout, args.measure, args.measure_extra)
+    given = [f"--{k.replace('_', '-')} {v}" for k, v in (
+        ("sample", args.sample), ("seed", args.seed), ("holdout", args.holdout), ("measure", args.measure),
+        ("measure_extra", args.measure_extra)) if v is not None]
     text = cases_text(spec, sampled, " ".join(["opgen cases", spec.op, *given]))
     path = Path(args.out) if args.out else sampled_cases_path(spec, root)
     if args.check:
@@ -456,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     cases_p.add_argument("--seed", type=int, help="seed of the draw and the split (default: the section's)")
     cases_p.add_argument("--holdout", type=float, help="share held out (default: the section's)")
     cases_p.add_argument("--measure", type=float, help="share kept for the measured fill (default: the section's)")
+    cases_p.add_argument("--measure-extra", type=int,
+                         help="cases drawn last, into the measure part alone (default: the section's measure_extra)")
     cases_p.add_argument("--out", help="write here instead of the section's file")
     cases_p.add_argument("--check", action="store_true", help="exit 1 if the file differs from the draw; write nothing")
     cases_p.set_defaults(func=_cmd_cases)

@@ -229,6 +229,8 @@ class Sampling(_Model):
     chip's defaults, or repeats a case, is drawn again. Every variant of ``rendering`` is legal
     for at least ``cover`` cases (more are drawn where the first draw misses one). ``holdout``
     and ``measure`` are the shares split off the tune part; the ``include`` case sets join it.
+    ``measure_extra`` more cases, drawn after all of those from the same generator, join the
+    measure part alone: a denser measure step that leaves the tune and holdout parts as drawn.
     """
 
     name: Ident
@@ -237,6 +239,7 @@ class Sampling(_Model):
     seed: int = 0
     holdout: float = Field(default=0.0, ge=0.0, lt=1.0)
     measure: float = Field(default=0.0, ge=0.0, lt=1.0)
+    measure_extra: int = Field(default=0, ge=0)
     values: dict[Ident, SampleValues] = Field(min_length=1)
     tails: SampleTails | None = None
     pins: tuple[SamplePin, ...] = ()

@@ -76,15 +76,33 @@ def test_every_variant_of_the_rendering_is_legal_for_cover_cases(gla, drawn):
 
 def test_the_split_sizes_follow_the_shares_and_the_parts_are_disjoint(gla, drawn):
     tune, measure, holdout = (drawn.parts[n] for n in gla.sampling.part_names())
-    total = len(_sampled_rows(gla, drawn))
+    extra = gla.sampling.measure_extra
+    total = len(_sampled_rows(gla, drawn)) - extra
     assert total >= gla.sampling.count
-    assert len(holdout) == round(0.25 * total) and len(measure) == round(0.25 * total)
+    assert len(holdout) == round(0.25 * total) and len(measure) == round(0.25 * total) + extra
     assert tune[:len(gla.expand_cases("bench"))] == gla.expand_cases("bench")  # the bench cases tune
     keys = [tuple(sorted(r.items())) for r in tune + measure + holdout]
     assert len(keys) == len(set(keys))
-    small = case_sample.sample_cases(gla, count=8, holdout=0.5, measure=0.0)
+    small = case_sample.sample_cases(gla, count=8, holdout=0.5, measure=0.0, measure_extra=0)
     assert list(small.parts) == ["users_tune", "users_holdout"]  # no measure part asked for
     assert len(small.parts["users_holdout"]) == round(0.5 * len(_sampled_rows(gla, small)))
+
+
+def test_extra_measure_cases_leave_the_tune_and_holdout_parts_as_drawn(gla, drawn):
+    names = gla.sampling.part_names()
+    without = case_sample.sample_cases(gla, measure_extra=0)
+    more = case_sample.sample_cases(gla, measure_extra=gla.sampling.measure_extra + 5)
+    for name in (names[0], names[2]):
+        assert drawn.parts[name] == without.parts[name] == more.parts[name]
+    # the measure part keeps its drawn cases first, then the extra ones, in draw order
+    base = without.parts[names[1]]
+    assert drawn.parts[names[1]][:len(base)] == base
+    assert more.parts[names[1]][:len(drawn.parts[names[1]])] == drawn.parts[names[1]]
+    assert len(more.parts[names[1]]) == len(base) + gla.sampling.measure_extra + 5
+    added = more.parts[names[1]][len(base):]
+    assert all(case_sample.case_problem(gla, r) is None for r in added)
+    seen = {tuple(sorted(r.items())) for part in without.parts.values() for r in part}
+    assert not seen & {tuple(sorted(r.items())) for r in added}
 
 
 def test_a_short_draw_is_topped_up_for_the_variants_it_misses(gla):
@@ -113,6 +131,8 @@ def test_a_region_the_checks_refuse_is_an_error(gla):
         case_sample.sample_cases(spec)
     with pytest.raises(UsageError, match="holdout \\+ measure below 1"):
         case_sample.sample_cases(gla, holdout=0.5, measure=0.5)
+    with pytest.raises(UsageError, match="--measure-extra -1: .*no negative extra"):
+        case_sample.sample_cases(gla, measure_extra=-1)
 
 
 def _load_with(tmp_path, change):
