@@ -93,17 +93,18 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
 
 def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Bucket) -> Point | None:
     """A tuned winner's point carried to the bucket (:func:`opgen.space.carried`: the tunables its
-    variant fixes evaluated at the bucket's first case), if it is legal and fits every case of
-    the bucket there; None otherwise."""
+    variant fixes evaluated at the bucket's first case), if it may stand for the bucket from each
+    of its cases (:func:`opgen.table.serves_bucket`: legal and within budget there and on the
+    bucket's largest shape); None otherwise."""
     from .space import carried
-    from .table import point_fits
+    from .table import serves_bucket
 
     config = carried(spec, point.variant, point.config, bucket.params[0])
     if config is None:
         return None
     moved = Point.of(point.variant, config, spec.tunables_for(profile.backend))
-    return moved if all(point_fits(spec, profile, moved.variant, moved.config, params)
-                        for params in bucket.params) else None
+    return moved if all(serves_bucket(spec, profile, moved.variant, moved.config, case)
+                        for case in bucket.cases) else None
 
 
 def _default_here(spec: OpSpec, profile: ChipProfile, bucket: Bucket) -> Point | None:

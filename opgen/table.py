@@ -192,6 +192,31 @@ def point_fits(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str
     return legal and fits
 
 
+def edge_params(spec: OpSpec, case: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The params of ``case`` with each plain-name bucketed key field (``K``, ``V``) moved to the
+    upper edge of its bucket (one past the last edge in the last bucket): the largest shape of the
+    bucket, which a row of the bucket serves too."""
+    params = _params(spec, case, where)
+    key, fields_ = key_of(spec, params), list(spec.dispatch.key.values())
+    override = {}
+    for i, name in _free_fields(spec).items():
+        if name is not None:
+            edges = split_key_field(fields_[i])[1]
+            override[name] = edges[key[i]] if key[i] < len(edges) else edges[-1] + 1
+    return _params(spec, case, where, override)
+
+
+def serves_bucket(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
+                  case: Mapping[str, Any]) -> bool:
+    """Whether a point measured on ``case`` may stand for its whole bucket: legal and within
+    budget on the case and on the bucket's largest shape (:func:`edge_params`), so that the
+    tunables its variant fixes hold across the bucket (vloop's one K tile: 16 columns at K = 16
+    would not cover a K = 32 call of the same bucket)."""
+    where = f"bucket of case {dict(case)}"
+    return all(point_fits(spec, chip, variant, point, params)
+               for params in (_params(spec, case, where), edge_params(spec, case, where)))
+
+
 def comment_of(rec: WinnerRecord) -> str:
     """What a winner measured, for a person: median, flush, on-chip bytes, spills, date."""
     parts = [f"median {rec.median_ms:.4f} ms" + (" (writing flush)" if rec.flush == "write" else "")]
@@ -423,7 +448,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 continue
             current += 1
             src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
-            if rec.ms is not None and point_fits(spec, chip, rec.variant, rec.point, params):
+            if rec.ms is not None and serves_bucket(spec, chip, rec.variant, rec.point, rec.case):
                 ranked.append(((rec.ms, 0, (_plain_mismatch(bucketed, src, key), order(src))), src, rec))
         if not (ranked and current):  # a run whose tuned points are all stale compares nothing now
             continue

@@ -298,7 +298,7 @@ def test_the_measure_step_runs_each_winner_carried_to_the_bucket(gla):
     chip = profile("h200")
     vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
     general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=64, V=256)
-    found = buckets(gla, [{**BASE, "K": 32}, {**BASE, "K": 192}])
+    found = buckets(gla, [{**BASE, "K": 32}, {**BASE, "K": 192}, {**BASE, "K": 16, "T": 8192}])
     pool = {vloop.key: vloop, general.key: general}
     sunk, checked = [], []
 
@@ -308,8 +308,10 @@ def test_the_measure_step_runs_each_winner_carried_to_the_bucket(gla):
 
     measure_fill(gla, chip, found, pool, "run", check,
                  lambda points, bucket: {p: 0.1 for p in points}, lambda kind, rec: sunk.append(rec))
-    # K = 32: vloop runs its one K tile of 32 columns; K = 192: vloop is not legal (K <= 128)
-    assert checked[0] == (found[0].key, [32]) and checked[1] == (found[1].key, [])
+    # K = 32: vloop runs its one K tile of 32 columns; K = 192: vloop is not legal (K <= 128);
+    # K = 16 (bucket K <= 32, another tasks bucket): a 16-column tile would not cover a K = 32 call
+    assert found[2].key[4] == found[0].key[4] and found[2].key != found[0].key
+    assert checked == [(found[0].key, [32]), (found[1].key, []), (found[2].key, [])]
     assert {r["variant"] for r in sunk if r["key"] == list(found[0].key)} >= {"post_vloop_tiled", "post_general_tiled"}
     assert carried_point(gla, chip, Point.of(vloop.variant, vloop.point, gla.tunables_for("cuda")), found[1]) is None
 
@@ -328,3 +330,15 @@ def test_a_carried_point_measured_fastest_fills_the_bucket_with_its_own_tunables
     # its neighbours take the point as measured here, not the winner's K = 64 tile
     above = target[:6] + (target[6] + 1,)
     assert (_filled(table)[above].source, _filled(table)[above].point["BK"]) == (target, 32)
+
+
+def test_a_point_measured_at_a_shape_whose_fixed_tile_misses_the_bucket_edge_fills_nothing(gla, hashes, tmp_path):
+    path = _path(tmp_path)
+    vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
+    general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=128)
+    case = {**BASE, "K": 16}  # bucket K <= 32: vloop fixes BK 16 here and 32 at K = 32
+    target = tables.key_of(gla, tables._params(gla, case, "test"))
+    ran = dataclasses.replace(_measure(target, case, vloop, 0.05), point={**vloop.point, "BK": 16})
+    _write(path, [vloop, general, ran, _measure(target, case, general, 0.10)])
+    row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
+    assert (row.variant, row.source, row.measured.ms) == ("post_general_tiled", general.key, 0.10)
