@@ -2,8 +2,9 @@
 measured there: the headroom a better fill rule could win with the points the table has.
 
 Reads a measure run on the case set's buckets (``opgen tune --cases SET --trials 0
---measure-fill`` on a device, its records kept apart from the op's records file, as the holdout
-must stay unmeasured there) and the table the op's records freeze now. Prints per case: the time
+--measure-fill --records COPY`` on a device, into a copy of the op's records file, as the holdout
+must stay unmeasured in the file itself: the latest run of each bucket counts) and the table the
+op's records freeze now. Prints per case: the time
 of the table's point in that run (a point the run did not measure has none), the fastest
 candidate and where it came from, the ratio of the two, and the geomean ratio. Runs on the CPU:
 

@@ -7,8 +7,9 @@
 # Usage: [DEVICES=cuda:0] [STEPS="tune nearest measure measured"] bash scripts/h200_gla_users.sh OUT_DIR
 #   SECONDS TRIALS [VARIANTS]   (VARIANTS: comma-separated, every legal variant by default; STEPS: the
 #   steps to run, in that order, so a run can be spread over calls that each bring back the records
-#   file, copied to OUT_DIR every 15 s and at the end; WARM_PROCS: processes compiling the benchmark's
-#   kernels before it is timed, 0 by default)
+#   file, copied to OUT_DIR every 15 s and at the end; the step holdout_measure, in no default,
+#   measures the holdout's buckets into OUT_DIR/holdout_measure.jsonl for scripts/fill_oracle.py;
+#   WARM_PROCS: processes compiling the benchmark's kernels before it is timed, 0 by default)
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
 devices=${DEVICES:-cuda:0,cuda:1}; steps=" ${STEPS:-tune nearest measure measured} "
@@ -49,3 +50,11 @@ if [[ $steps == *" measure "* ]]; then
     tail -50 "$out/measure_fill.log"
 fi
 if [[ $steps == *" measured "* ]]; then bench measured; fi
+if [[ $steps == *" holdout_measure "* ]]; then  # the measure step on the holdout's own buckets, into
+    # a copy of the records (the holdout stays unmeasured for the table), joined with the table
+    cp "$records" "$out/holdout_measure.jsonl"
+    "${tune[@]}" --cases users_holdout --trials 0 --measure-fill --records "$out/holdout_measure.jsonl" \
+        > "$out/measure_fill_holdout.log" 2>&1
+    python3 scripts/fill_oracle.py chunk_gla_fwd_o_gk h200 users_holdout "$out/holdout_measure.jsonl" \
+        | tee "$out/fill_oracle_holdout.txt" | tail -3
+fi
