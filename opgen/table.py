@@ -407,7 +407,8 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
     """What the measure records (``opgen tune --measure-fill``) decide for untuned keys: a row of
     the point that ran fastest on the key in its latest run, among the points of ``tuned`` winners,
     carried to the measured case as the measure step carries them (:func:`opgen.space.carried`),
-    measured on their current kernel, legal and within budget there. Equal times go to the winner
+    measured on their current kernel, that may stand for the key's whole bucket
+    (:func:`serves_bucket`). Equal times go to the winner
     nearest the key (the nearest fill's order). A key whose run holds no such point (its
     winners replaced since, or every one failed there) is left to :func:`fill_nearest`. A key
     where the spec's default (measured on its current kernel, and still the default at the
