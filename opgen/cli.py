@@ -187,15 +187,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 _pull(storage, path, spec.op, chip.name)
             print(cross_report(spec, checks, args.cross_margin))
         if args.measure_fill:
-            from .measure_fill import candidates, fill_report, run_name
-            from .table import fresh_winners
+            from .measure_fill import candidates, earlier_runs, fill_report, run_name
+            from .table import fresh_winners, read_keyed
 
             if shared:  # the winners of every host
                 _pull(storage, path, spec.op, chip.name)
             tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
             found = buckets(spec, rows)
             run = run_name(date, candidates(spec, chip, tuned), found)
-            print(fill_report(spec, campaign.measure_fill(found, tuned, run)))
+            earlier = {} if args.remeasure or not path.exists() else \
+                earlier_runs(read_keyed(spec, chip, path).records, campaign.config.kernel_hash)
+            print(fill_report(spec, campaign.measure_fill(found, tuned, run, earlier)))
             if shared:
                 _pull(storage, path, spec.op, chip.name)
             print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
@@ -489,7 +491,11 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
     tune_p.add_argument("--measure-fill", action="store_true",
                         help="re-measure every tuned winner's point on each untuned bucket of --cases, side "
-                             "by side: the build fills each with the fastest (with --trials 0: measure only)")
+                             "by side: the build fills each with the fastest (with --trials 0: measure only); "
+                             "a bucket whose latest measure run holds every candidate on the current kernels "
+                             "is kept, so a cut run resumes")
+    tune_p.add_argument("--remeasure", action="store_true",
+                        help="with --measure-fill: measure every bucket again, even one an earlier run covers")
     tune_p.add_argument("--tie-margin", type=float, default=Settings.tie_margin,
                         help="relative gap under which two times of the side-by-side tie (then the smaller "
                              "on-chip estimate wins, then the point's name)")

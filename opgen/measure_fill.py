@@ -14,12 +14,13 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .hardware import ChipProfile
 from .keys import Key, key_text, sort_key
 from .plan import Bucket
-from .space import Point
+from .records import MeasureRecord, Record
+from .space import Point, point_id
 from .spec import OpSpec
 
 
@@ -29,10 +30,26 @@ DEFAULT_SOURCE = "spec default"  # a measure record's source when its point is t
 @dataclass(frozen=True)
 class FillMeasure:
     """One untuned bucket's candidates and their times (inf: failed there, for the reason given),
-    fastest first."""
+    fastest first; ``earlier`` names the run they come from when this one kept it."""
 
     key: Key
     times: tuple[tuple[str, Point, float, str], ...]  # (source, point, ms, reason)
+    earlier: str = ""
+
+
+def earlier_runs(records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> dict[Key, tuple[MeasureRecord, ...]]:
+    """Per key, the records of its latest measure run, where each of them measured its variant's
+    current kernel: a measure step keeps such a run where it holds every candidate of now."""
+    by_key: dict[Key, list[MeasureRecord]] = {}
+    for rec in records:
+        if isinstance(rec, MeasureRecord):
+            by_key.setdefault(rec.key, []).append(rec)
+    out = {}
+    for key, recs in by_key.items():
+        latest = tuple(r for r in recs if r.run == recs[-1].run)
+        if all(kernel_hashes.get(r.variant) == r.kernel_hash for r in latest):
+            out[key] = latest
+    return out
 
 
 def candidates(spec: OpSpec, profile: ChipProfile, tuned: Mapping[Key, Any]) -> list[tuple[Key, Point]]:
@@ -53,14 +70,17 @@ def run_name(date: str, pool: list[tuple[Key, Point]], buckets_: list[Bucket]) -
 def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tuned: Mapping[Key, Any],
                  run: str, check: Callable[[list[Point], Bucket], dict[Point, str]],
                  again: Callable[[list[Point], Bucket], dict[Point, float]],
-                 sink: Callable[[str, dict[str, Any]], None]) -> list[FillMeasure]:
+                 sink: Callable[[str, dict[str, Any]], None],
+                 earlier: Mapping[Key, tuple[MeasureRecord, ...]] | None = None) -> list[FillMeasure]:
     """On each bucket of ``buckets_`` that no winner holds, every candidate carried to the bucket
     (:func:`carried_point`: legal there and within budget on every case of the bucket), and the
     spec's default at the bucket's first case where it is no candidate's point and fits every
     case too: compiled and checked on its cases (``check``:
     per point, the reason it failed, empty if it passed), then the ones that passed re-measured
     side by side (``again``: geomean over the bucket's cases of interleaved runs); one ``measure``
-    record per point (``run``: :func:`run_name`), a failed one with its reason."""
+    record per point (``run``: :func:`run_name`), a failed one with its reason. A bucket whose
+    ``earlier`` run (:func:`earlier_runs`) measured every candidate of now on its first case is
+    kept as it is: nothing is run or recorded there, so a measure step cut short resumes."""
     pool = candidates(spec, profile, tuned)
     out = []
     for bucket in buckets_:
@@ -76,6 +96,10 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
             here.append((DEFAULT_SOURCE, "", default))
         if not here:
             continue
+        kept = _kept(spec, profile, bucket, here, (earlier or {}).get(bucket.key, ()))
+        if kept is not None:
+            out.append(kept)
+            continue
         failed = check([p for _, _, p in here], bucket)
         passed = [p for _, _, p in here if not failed[p]]
         times = again(passed, bucket) if passed else {}
@@ -89,6 +113,19 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
             rows.append((source, point, ms, reason))
         out.append(FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0])))))
     return out
+
+
+def _kept(spec: OpSpec, profile: ChipProfile, bucket: Bucket, here: list[tuple[str, str, Point]],
+          earlier: tuple[MeasureRecord, ...]) -> FillMeasure | None:
+    """The bucket's earlier run as its result, if it measured each of ``here`` on the bucket's
+    first case; None otherwise."""
+    tunables = spec.tunables_for(profile.backend)
+    ran = {point_id(r.variant, r.point): r for r in earlier if r.case == bucket.cases[0]}
+    if not earlier or any(p.ident not in ran for _, _, p in here):
+        return None
+    rows = [(r.source, Point.of(r.variant, r.point, tunables), math.inf if r.ms is None else r.ms, r.reason)
+            for r in (ran[p.ident] for _, _, p in here)]
+    return FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0]))), earlier[0].run)
 
 
 def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Bucket) -> Point | None:
@@ -122,7 +159,7 @@ def fill_report(spec: OpSpec, results: list[FillMeasure]) -> str:
     """Per measured bucket (named by the shapes it stands for): each candidate's time, fastest first."""
     lines = [f"{'ms':>11}  candidate (the build fills each bucket with the fastest)"]
     for r in results:
-        lines.append(f"{key_text(spec, r.key)}:")
+        lines.append(f"{key_text(spec, r.key)}:" + (f" (measured in run {r.earlier}, kept)" if r.earlier else ""))
         lines.extend(f"  {ms:>9.4f}  {source}: {point.name()}" + (f" ({reason.splitlines()[0][:160]})" if reason else "")
                      for source, point, ms, reason in r.times)
     if not results:

@@ -208,6 +208,11 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     assert len(failed) == 1 and failed[0]["ms"] is None and failed[0]["reason"].startswith("wrong_result: ")
     assert all(m["ms"] > 0 and m["reason"] == "" for m in measures if m["variant"] == "good")
     assert "N > 4096:" in out and "(wrong_result: " in out and "spec default: good:BLOCK=16" in out
+    # run again: the bucket's run holds every candidate, so it is kept (a cut run resumes there)
+    again = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
+                   "--measure-fill", *common).stdout
+    assert f"N > 4096: (measured in run {measures[0]['run']}, kept)" in again and "(wrong_result: " in again
+    assert [r for r in _records(root) if r["kind"] == "measure"] == measures
     # the interpreter's times decide nothing here: the default is set slower, then faster
     lines = (root / RECORDS).read_text().splitlines()
 
@@ -342,3 +347,38 @@ def test_a_point_measured_at_a_shape_whose_fixed_tile_misses_the_bucket_edge_fil
     _write(path, [vloop, general, ran, _measure(target, case, general, 0.10)])
     row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
     assert (row.variant, row.source, row.measured.ms) == ("post_general_tiled", general.key, 0.10)
+
+
+def test_the_measure_step_keeps_a_bucket_its_latest_run_covers_and_measures_the_others(gla, hashes):
+    from opgen.hardware import profile
+    from opgen.measure_fill import earlier_runs, measure_fill
+    from opgen.plan import buckets
+
+    chip = profile("h200")
+    general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=64, V=256)
+    found = buckets(gla, [{**BASE, "K": 32}])
+    pool = {general.key: general}
+    first: list = []
+    measure_fill(gla, chip, found, pool, "a", lambda points, bucket: {p: "" for p in points},
+                 lambda points, bucket: {p: 0.1 for p in points}, lambda kind, rec: first.append(rec))
+    recs = [records.MeasureRecord(op=OP, chip="h200", toolchain=TOOLS, kernel_hash=hashes[r["variant"]],
+                                  date="2026-12-01", **r) for r in first]
+    assert len(recs) == 2  # the winner and the spec's default
+
+    def rerun(earlier, with_pool=pool):
+        ran: list = []
+        results = measure_fill(gla, chip, found, with_pool, "b", lambda points, bucket: {p: "" for p in points},
+                               lambda points, bucket: {p: 0.2 for p in points}, lambda kind, rec: ran.append(rec),
+                               earlier_runs(earlier, hashes))
+        return results, ran
+
+    results, ran = rerun(recs)
+    assert ran == [] and results[0].earlier == "a" and [t[2] for t in results[0].times] == [0.1, 0.1]
+    other = _winner(gla, "fold_general_tiled", point={**POINT, "BK": 32, "num_stages": 3}, K=48, V=256)
+    for earlier, with_pool in (
+            (recs[:1], pool),  # a candidate the earlier run lacks
+            ([dataclasses.replace(r, kernel_hash="sha256:edited") for r in recs], pool),  # another kernel
+            ([dataclasses.replace(r, case={**r.case, "T": 1024}) for r in recs], pool),  # another case
+            (recs, {**pool, other.key: other})):  # a new winner since
+        results, ran = rerun(earlier, with_pool)
+        assert results[0].earlier == "" and {r["run"] for r in ran} == {"b"} and len(ran) == len(with_pool) + 1
