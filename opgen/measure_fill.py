@@ -1,12 +1,13 @@
 """The measure step of the table's fill (``opgen tune --measure-fill``): every tuned winner's
 point, carried to each untuned bucket of a case set (the tunables its variant fixes, such as
 vloop's one K tile, take their values there), deduplicated, and re-measured side by side on the
-bucket where it is legal and within budget, as Helion's ahead-of-time "measure" step does,
-beside the spec's default for the bucket; one ``measure`` record per point and bucket. The build
-then fills each such bucket with the point that ran fastest there, or leaves it to the default
-where that ran fastest (:func:`opgen.table.fill_measured`).
+bucket where it may stand for the whole bucket, as Helion's ahead-of-time "measure" step does,
+beside the spec's default for the bucket; one ``measure`` record per point and bucket, and a
+bucket an earlier run already covers is kept. The build then fills each such bucket with the
+point that ran fastest there, or leaves it to the default where that ran fastest
+(:func:`opgen.table.fill_measured`).
 
-Uses ``table``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
+Uses ``table``, ``records``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
 
