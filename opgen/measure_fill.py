@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .hardware import ChipProfile
 from .keys import Key, key_text, sort_key
 from .plan import Bucket
-from .records import MeasureRecord, Record
+from .records import MeasureRecord, Record, latest_measure_runs
 from .space import Point, point_id
 from .spec import OpSpec
 
@@ -41,16 +41,8 @@ class FillMeasure:
 def earlier_runs(records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> dict[Key, tuple[MeasureRecord, ...]]:
     """Per key, the records of its latest measure run, where each of them measured its variant's
     current kernel: a measure step keeps such a run where it holds every candidate of now."""
-    by_key: dict[Key, list[MeasureRecord]] = {}
-    for rec in records:
-        if isinstance(rec, MeasureRecord):
-            by_key.setdefault(rec.key, []).append(rec)
-    out = {}
-    for key, recs in by_key.items():
-        latest = tuple(r for r in recs if r.run == recs[-1].run)
-        if all(kernel_hashes.get(r.variant) == r.kernel_hash for r in latest):
-            out[key] = latest
-    return out
+    return {key: latest for key, latest in latest_measure_runs(records).items()
+            if all(kernel_hashes.get(r.variant) == r.kernel_hash for r in latest)}
 
 
 def candidates(spec: OpSpec, profile: ChipProfile, tuned: Mapping[Key, Any]) -> list[tuple[Key, Point]]:

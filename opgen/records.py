@@ -471,6 +471,16 @@ def _mend_tail(f: BinaryIO) -> int:
 
 
 # --- winners ---------------------------------------------------------------------------------
+def latest_measure_runs(records: Iterable[Record]) -> dict[Key, tuple[MeasureRecord, ...]]:
+    """For each key measured, the measure records of its latest run (the run of its last measure
+    record in file order), in file order: only the records of one run compare."""
+    by_key: dict[Key, list[MeasureRecord]] = {}
+    for rec in records:
+        if isinstance(rec, MeasureRecord):
+            by_key.setdefault(rec.key, []).append(rec)
+    return {key: tuple(r for r in recs if r.run == recs[-1].run) for key, recs in by_key.items()}
+
+
 def latest_winners(records: Iterable[Record]) -> dict[Key, WinnerRecord]:
     """For each key, the last winner in file order."""
     out: dict[Key, WinnerRecord] = {}

@@ -17,12 +17,13 @@ import itertools
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
 from .keys import Key, key_of, sort_key, split_key_field
-from .records import CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, read
+from .records import (CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, latest_measure_runs,
+                      read)
 from .space import (budget_bytes, case_inputs, find_variant, fixed_values, is_legal, parse_point_name,
                     point_id)
 from .spec import OpSpec
@@ -201,9 +202,14 @@ def edge_params(spec: OpSpec, case: Mapping[str, Any], where: str) -> dict[str, 
     override = {}
     for i, name in _free_fields(spec).items():
         if name is not None:
-            edges = split_key_field(fields_[i])[1]
-            override[name] = edges[key[i]] if key[i] < len(edges) else edges[-1] + 1
+            override[name] = _upper_edge(split_key_field(fields_[i])[1], key[i])
     return _params(spec, case, where, override)
+
+
+def _upper_edge(edges: Sequence[int], index: int) -> int:
+    """The largest value of bucket ``index`` of ``edges``: its upper edge, or one past the last
+    edge for the last bucket (the value a fill moves a plain-name field to)."""
+    return edges[index] if index < len(edges) else edges[-1] + 1
 
 
 def serves_bucket(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
@@ -418,15 +424,11 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
 
     bucketed = [i for i, f in enumerate(spec.dispatch.key.values()) if split_key_field(f)[1]]
     tunables = spec.tunables_for(chip.backend)
-    by_key: dict[Key, list[MeasureRecord]] = {}
-    for rec in records:
-        if isinstance(rec, MeasureRecord) and rec.key not in tuned:
-            by_key.setdefault(rec.key, []).append(rec)
+    runs = {key: recs for key, recs in latest_measure_runs(records).items() if key not in tuned}
     out = MeasuredFill([], {})
     holders_at: dict[tuple, dict[str, list[Key]]] = {}  # per measured case
-    for key in sorted(by_key, key=sort_key):
-        run = by_key[key][-1].run
-        latest = {(r.source == DEFAULT_SOURCE, point_id(r.variant, r.point)): r for r in by_key[key] if r.run == run}
+    for key in sorted(runs, key=sort_key):
+        latest = {(r.source == DEFAULT_SOURCE, point_id(r.variant, r.point)): r for r in runs[key]}
         order = _nearest(bucketed, key)
         ranked, current = [], 0
         for (is_default, ident), rec in latest.items():
@@ -434,17 +436,16 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 params = _params(spec, rec.case, f"measured fill of {key}")
             except RecordError:
                 continue  # a case the spec no longer evaluates
-            case = tuple(sorted(rec.case.items()))
-            if case not in holders_at:
-                holders_at[case] = _carried_holders(spec, tuned, tunables, params)
-            holders = holders_at[case]
             if is_default:
                 if (rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash
                         and default_point(spec, chip, params).ident == ident
                         and point_fits(spec, chip, rec.variant, rec.point, params)):
                     ranked.append(((rec.ms, 1, ()), None, rec))  # a tie goes to a tuned point
                 continue
-            owners = [k for k in holders.get(ident, ()) if tuned[k].kernel_hash == rec.kernel_hash]
+            case = tuple(sorted(rec.case.items()))
+            if case not in holders_at:
+                holders_at[case] = _carried_holders(spec, tuned, tunables, params)
+            owners = [k for k in holders_at[case].get(ident, ()) if tuned[k].kernel_hash == rec.kernel_hash]
             if not owners:
                 continue
             current += 1
@@ -595,7 +596,7 @@ def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, tar
     for i in moved:
         name, edges = free[i], split_key_field(fields_[i])[1]
         if name is not None:
-            override[name] = edges[target[i]] if target[i] < len(edges) else edges[-1] + 1
+            override[name] = _upper_edge(edges, target[i])
     params = _params(spec, rec.case, f"fill of {target} from {src}", override)
     got = key_of(spec, params)
     unmoved = [i for i in range(len(target)) if not (i in moved and free[i] is None)]

@@ -24,7 +24,7 @@ from opgen.compare import case_id  # noqa: E402
 from opgen.explain import explain  # noqa: E402
 from opgen.hardware import profile  # noqa: E402
 from opgen.kernels import kernel_hashes  # noqa: E402
-from opgen.records import MeasureRecord, read, record_path  # noqa: E402
+from opgen.records import latest_measure_runs, read, record_path  # noqa: E402
 from opgen.space import point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
 from opgen.table import frozen_rows  # noqa: E402
@@ -34,16 +34,12 @@ def main(op: str, chip_name: str, cases: str, measured: str) -> None:
     spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
     chip = profile(chip_name)
     table = frozen_rows(spec, chip, record_path(ROOT, chip.name, op), kernel_hashes(ROOT, spec, chip.rendering))
-    runs: dict[tuple, list[MeasureRecord]] = {}
-    for rec in read(Path(measured), op=op, chip=chip.name).records:
-        if isinstance(rec, MeasureRecord):
-            runs.setdefault(tuple(rec.key), []).append(rec)
+    runs = latest_measure_runs(read(Path(measured), op=op, chip=chip.name).records)
     ratios = []
     print(f"{'case':<36} {'table ms':>9} {'best ms':>9} {'ratio':>6}  best point (source)")
     for row in spec.expand_cases(cases):
         found = explain(ROOT, spec, chip, row, table)
-        recs = runs.get(tuple(found["key"]), [])
-        latest = [r for r in recs if r.run == recs[-1].run and r.ms is not None] if recs else []
+        latest = [r for r in runs.get(tuple(found["key"]), ()) if r.ms is not None]
         if not latest:
             print(f"{case_id(row):<36} no measure of its bucket")
             continue
