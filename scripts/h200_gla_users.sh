@@ -9,7 +9,9 @@
 #   steps to run, in that order, so a run can be spread over calls that each bring back the records
 #   file, copied to OUT_DIR every 15 s and at the end; the step holdout_measure, in no default,
 #   measures the holdout's buckets into OUT_DIR/holdout_measure.jsonl for scripts/fill_oracle.py;
-#   WARM_PROCS: processes compiling the benchmark's kernels before it is timed, 0 by default)
+#   WARM_PROCS: processes compiling the benchmark's kernels before it is timed, 0 by default;
+#   MEASURE_CASES: the case sets the step measure runs on, in turn, users_measure by default: the
+#   step measures the untuned buckets of each, so users_tune's buckets no search reached count too)
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
 devices=${DEVICES:-cuda:0,cuda:1}; steps=" ${STEPS:-tune nearest measure measured} "
@@ -46,8 +48,10 @@ if [[ $steps == *" tune "* ]]; then
 fi
 if [[ $steps == *" nearest "* ]]; then bench nearest; fi
 if [[ $steps == *" measure "* ]]; then
-    "${tune[@]}" --cases users_measure --trials 0 --measure-fill > "$out/measure_fill.log" 2>&1
-    tail -50 "$out/measure_fill.log"
+    for cases in ${MEASURE_CASES:-users_measure}; do
+        "${tune[@]}" --cases "$cases" --trials 0 --measure-fill > "$out/measure_fill_$cases.log" 2>&1
+        tail -50 "$out/measure_fill_$cases.log"
+    done
 fi
 if [[ $steps == *" measured "* ]]; then bench measured; fi
 if [[ $steps == *" holdout_measure "* ]]; then  # the measure step on the holdout's own buckets, into
