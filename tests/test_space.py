@@ -39,8 +39,12 @@ def test_variants_per_rendering(gla):
     npu = [v.name for v in space.variants_for(gla, "npu")]
     cuda = [v.name for v in space.variants_for(gla, "cuda")]
     assert len(npu) == 20 and all(n.endswith("_persistent") for n in npu)
-    assert len(cuda) == 40 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
+    # 4 scale paths x 5 shapes x 2 grids, and the chunk-loop grids on fold and post without a V loop
+    assert len(cuda) == 52 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
     assert sum("_vloop2_" in n for n in cuda) == 8 and sum("_vloop2_" in n for n in npu) == 4
+    chunks = sorted(n for n in cuda if "_chunks" in n)
+    assert len(chunks) == 12 and all(n.split("_")[0] in ("fold", "post") and n.split("_")[1] in ("general", "h1", "single")
+                                     for n in chunks)
     assert npu[0] == "fold_general_persistent"
     assert space.find_variant(gla, "split_h1_tiled").flags == {"SCALE_PATH": "split", "SHAPE": "h1", "GRID": "tiled"}
     with pytest.raises(BuildError, match="unknown variant 'nope'"):
@@ -225,14 +229,16 @@ def test_excluded_combinations_are_not_variants(gla, tmp_path):
     from opgen.spec import load_spec as load
 
     data = yaml.safe_load((ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml").read_text())
+    data["variants"]["axes"]["GRID"] = {g: data["variants"]["axes"]["GRID"][g] for g in ("tiled", "persistent")}
     data["variants"]["exclude"] = ["SCALE_PATH == 'post' and SHAPE != 'general'", "GRID == 'tiled' and SHAPE == 'h1'"]
     path = tmp_path / "chunk_gla_fwd_o_gk.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     names = {v.name for v in space.all_variants(load(path, tmp_path))}
     assert "post_general_tiled" in names and "post_h1_persistent" not in names
     assert "fold_h1_persistent" in names and "fold_h1_tiled" not in names
-    # post on h1, single, vloop and vloop2 (two grids each); tiled h1 on the three other scale paths
-    assert len(names) == len(space.all_variants(gla)) - 8 - 3
+    # of 4 x 5 x 2: post on h1, single, vloop and vloop2 (two grids each); tiled h1 on the three
+    # other scale paths
+    assert len(names) == 40 - 8 - 3
 
 
 @pytest.mark.parametrize("row, algo", [
