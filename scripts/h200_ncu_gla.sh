@@ -7,13 +7,7 @@ set -uo pipefail
 out=${1:?output dir}; cases=${2:?case set}; shift 2
 mkdir -p "$out"
 source scripts/device_env.sh || exit 1
+source scripts/ncu_case.sh
 for case in "$@"; do
-    rep=/tmp/ncu_$case
-    ncu --clock-control none --set full --import-source yes -k regex:chunk_gla_fwd_o_gk --launch-skip 1 \
-        --launch-count 1 -f -o "$rep" python3 scripts/op_profile.py chunk_gla_fwd_o_gk "$cases" "$case" \
-        > "$out/ncu_${case}_run.log" 2>&1
-    ncu -i "$rep.ncu-rep" --page details > "$out/ncu_$case.txt" 2>&1
-    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "/tmp/ncu_${case}_source.csv" 2>&1
-    python3 scripts/ncu_source_summary.py "/tmp/ncu_${case}_source.csv" > "$out/ncu_${case}_source.txt" 2>&1 \
-        || head -c 4000 "/tmp/ncu_${case}_source.csv" > "$out/ncu_${case}_source.txt"
+    ncu_case "$out" "$case" chunk_gla_fwd_o_gk 1 python3 scripts/op_profile.py chunk_gla_fwd_o_gk "$cases" "$case"
 done
