@@ -13,13 +13,13 @@ candidate and where it came from, the ratio of the two, and the geomean ratio. R
 """
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from opgen.bench import geomean  # noqa: E402
 from opgen.compare import case_id  # noqa: E402
 from opgen.explain import explain  # noqa: E402
 from opgen.hardware import profile  # noqa: E402
@@ -53,8 +53,7 @@ def main(op: str, chip_name: str, cases: str, measured: str) -> None:
         print(f"{case_id(row):<36} {ours:>9.4f} {best.ms:>9.4f} {best.ms / ours:>6.3f}  "
               f"{best.variant}:{','.join(f'{k}={v}' for k, v in best.point.items())} ({best.source})")
     if ratios:
-        print(f"geomean best / table over {len(ratios)} cases: "
-              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+        print(f"geomean best / table over {len(ratios)} cases: {geomean(ratios):.3f}")
 
 
 if __name__ == "__main__":
