@@ -1,7 +1,8 @@
-"""A/B of variant axes on an H200: per case of a case set, the frozen table's choice as it is, then
-the same point under the named axis options (the choice's variant with each combination of them
-in place of its own options, the tunables that variant fixes evaluated at the case), crossed with
-the given tunable values (spec formulas, evaluated at the case). Each is compiled, checked against the float64 golden and timed through the
+"""A/B of variant axes and tunables on an H200: per case of a case set, the frozen table's choice as
+it is, then the same point under the named axis options (the choice's variant with each
+combination of them in place of its own options, the tunables that variant fixes evaluated at the
+case; the choice's own variant when no axis is named), crossed with the given tunable values (spec
+formulas, evaluated at the case). Each is compiled, checked against the float64 golden and timed through the
 tuner's worker in interleaved rounds (read-flush timing). Prints one line per (case, candidate):
 the median of the rounds' medians, its ratio to the choice and its fraction of the memory floor;
 then, per option, the geomean over the cases of its best candidate's speed over the choice's.
@@ -10,7 +11,9 @@ Usage (on an H200, wheels as in scripts/device_env.sh):
     python3 scripts/h200_ab_variant.py OP CASE_SET AXIS=OPTION[,OPTION...] [NAME=V1,V2 ...]
         [--rounds N] [--all] [--warm K/N]
 e.g. chunk_gla_fwd_o_gk users_holdout GRID=chunks2,chunks4 SHAPE=general
-'BK=min(128,max(16,pow2(K)))' num_stages=2,3 (one K tile where K <= 128). --all keeps the
+'BK=min(128,max(16,pow2(K)))' num_stages=2,3 (one K tile where K <= 128), or
+chunk_gla_fwd_o_gk bench_fla EARLY_INTRA=False,True EVICT_H=False,True (the choice's own
+variant with the four combinations). --all keeps the
 launch-bound cases (floor under 20 us); --warm K/N only compiles share K of N of the candidates
 (run N such processes side by side first: the Triton cache keeps what they compile).
 """
@@ -41,17 +44,17 @@ from opgen.worker import Task, WorkerState, run_task  # noqa: E402
 
 def candidates(spec, chip, choice: dict, params: dict, options: dict[str, list[str]],
                settings: dict[str, list[Expr]]) -> list[tuple[str, str, dict]]:
-    """(label, variant, point) to time for one case, the choice first: each combination of
-    ``options`` whose variant differs from the choice's and is legal at the case, at the choice's
-    point with ``settings`` evaluated at the case, carried there (the variant's fixed tunables),
-    where it fits the chip's on-chip budget."""
+    """(label, variant, point) to time for one case, the choice first: for each combination of
+    ``options`` whose variant is legal at the case, the choice's point with ``settings`` evaluated
+    at the case, carried there (the variant's fixed tunables), where it fits the chip's on-chip
+    budget and is not already among them."""
     flags = find_variant(spec, choice["variant"]).flags
     legal = {v.name for v in variants_for(spec, "cuda") if is_legal(spec, v, params)}
     out = [("choice", choice["variant"], dict(choice["config"]))]
     for combo in itertools.product(*options.values()):
         chosen = {**flags, **dict(zip(options, combo))}
         variant = "_".join(chosen[a] for a in spec.variants.axes)
-        if variant == choice["variant"] or variant not in legal:
+        if variant not in legal:
             continue
         for values in itertools.product(*settings.values()):
             config = {**choice["config"], **{n: e.evaluate(params) for n, e in zip(settings, values)}}
@@ -59,7 +62,7 @@ def candidates(spec, chip, choice: dict, params: dict, options: dict[str, list[s
             if point is None or not point_fits(spec, chip, variant, point, params):
                 continue
             if all(point != p for _, v, p in out if v == variant):
-                out.append(("+".join(combo), variant, point))
+                out.append(("+".join(combo) or "settings", variant, point))
     return out
 
 
