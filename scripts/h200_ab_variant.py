@@ -2,14 +2,15 @@
 it is, then the same point under the named axis options (the choice's variant with each
 combination of them in place of its own options, the tunables that variant fixes evaluated at the
 case; the choice's own variant when no axis is named), crossed with the given tunable values (spec
-formulas, evaluated at the case). Each is compiled, checked against the float64 golden and timed through the
+formulas, evaluated at the case), crossed with Triton launch options the spec does not tune
+(``--launch maxnreg=0,128``: 0 leaves the option out). Each is compiled, checked against the float64 golden and timed through the
 tuner's worker in interleaved rounds (read-flush timing). Prints one line per (case, candidate):
 the median of the rounds' medians, its ratio to the choice and its fraction of the memory floor;
 then, per option, the geomean over the cases of its best candidate's speed over the choice's.
 
 Usage (on an H200, wheels as in scripts/device_env.sh):
     python3 scripts/h200_ab_variant.py OP CASE_SET AXIS=OPTION[,OPTION...] [NAME=V1,V2 ...]
-        [--rounds N] [--all] [--warm K/N]
+        [--launch OPTION=V1,V2] [--rounds N] [--all] [--warm K/N]
 e.g. chunk_gla_fwd_o_gk users_holdout GRID=chunks2,chunks4 SHAPE=general
 'BK=min(128,max(16,pow2(K)))' num_stages=2,3 (one K tile where K <= 128), or
 chunk_gla_fwd_o_gk bench_fla EARLY_INTRA=False,True EVICT_H=False,True (the choice's own
@@ -20,6 +21,7 @@ launch-bound cases (floor under 20 us); --warm K/N only compiles share K of N of
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import math
 import statistics
@@ -43,11 +45,12 @@ from opgen.worker import Task, WorkerState, run_task  # noqa: E402
 
 
 def candidates(spec, chip, choice: dict, params: dict, options: dict[str, list[str]],
-               settings: dict[str, list[Expr]]) -> list[tuple[str, str, dict]]:
+               settings: dict[str, list[Expr]], launch: dict[str, list[int]]) -> list[tuple[str, str, dict]]:
     """(label, variant, point) to time for one case, the choice first: for each combination of
     ``options`` whose variant is legal at the case, the choice's point with ``settings`` evaluated
     at the case, carried there (the variant's fixed tunables), where it fits the chip's on-chip
-    budget and is not already among them."""
+    budget, with each combination of the ``launch`` options (a value of 0 leaves its option
+    out), where it is not already among them."""
     flags = find_variant(spec, choice["variant"]).flags
     legal = {v.name for v in variants_for(spec, "cuda") if is_legal(spec, v, params)}
     out = [("choice", choice["variant"], dict(choice["config"]))]
@@ -61,9 +64,18 @@ def candidates(spec, chip, choice: dict, params: dict, options: dict[str, list[s
             point = carried(spec, variant, config, params)
             if point is None or not point_fits(spec, chip, variant, point, params):
                 continue
-            if all(point != p for _, v, p in out if v == variant):
-                out.append(("+".join(combo) or "settings", variant, point))
+            for extra in itertools.product(*launch.values()):
+                full = {**point, **{n: x for n, x in zip(launch, extra) if x}}
+                if all(full != p for _, v, p in out if v == variant):
+                    out.append(("+".join(combo) or "settings", variant, full))
     return out
+
+
+def allow_launch_options(op: str, variants: set[str], names: list[str]) -> None:
+    """Let the variant modules pass the extra launch options in a point on to the kernel."""
+    for variant in variants:
+        module = importlib.import_module(f"generated.{op}.kernels.cuda.{variant}")
+        module.LAUNCH_OPTIONS = (*module.LAUNCH_OPTIONS, *(n for n in names if n not in module.LAUNCH_OPTIONS))
 
 
 def _split(text: str) -> list[str]:
@@ -81,7 +93,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("op")
     parser.add_argument("cases")
-    parser.add_argument("values", nargs="+", help="AXIS=OPTION,... (variant axes) or NAME=V1,... (tunables)")
+    parser.add_argument("values", nargs="*", help="AXIS=OPTION,... (variant axes) or NAME=V1,... (tunables)")
+    parser.add_argument("--launch", action="append", default=[], help="OPTION=V1,V2: a Triton launch option")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--all", action="store_true")
     parser.add_argument("--warm", default=None)
@@ -97,6 +110,8 @@ def main() -> int:
             settings[name] = [parse(t) for t in _split(text)]
         else:
             sys.exit(f"{item}: neither a variant axis nor a tunable of {args.op}")
+    launch = {name: [int(x) for x in text.split(",")]
+              for name, _, text in (item.partition("=") for item in args.launch)}
     warm = None if args.warm is None else tuple(int(x) for x in args.warm.split("/"))
     chip = profile("h200")
     table = frozen_rows(spec, chip, record_path(ROOT, chip.name, spec.op), kernel_hashes(ROOT, spec, chip.rendering))
@@ -110,7 +125,9 @@ def main() -> int:
         if floor_ms is not None and floor_ms < compare.LAUNCH_BOUND_MS and not args.all:
             continue
         tasks = []
-        for label, variant, point in candidates(spec, chip, explain(ROOT, spec, chip, row, table), params, options, settings):
+        found = candidates(spec, chip, explain(ROOT, spec, chip, row, table), params, options, settings, launch)
+        allow_launch_options(spec.op, {variant for _, variant, _ in found}, list(launch))
+        for label, variant, point in found:
             n += 1
             if warm and n % warm[1] != warm[0]:
                 continue
@@ -135,7 +152,7 @@ def main() -> int:
                 continue
             ms = statistics.median(t)
             best[label] = min(best.get(label, math.inf), ms)
-            changed = ",".join(f"{k}={point[k]}" for k in settings)
+            changed = ",".join(f"{k}={point.get(k, 0)}" for k in (*settings, *launch))
             print(f"{compare.case_id(row):<36} {variant:<22} {changed:<14} {ms:8.4f} ms  {base / ms:6.3f}x  "
                   f"floor {floor_ms / ms:5.3f}", flush=True)
         for label, ms in best.items():
