@@ -17,7 +17,7 @@ from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_of, key_text
 from .records import record_path
-from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant
+from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
 from .spec import DTYPES, OpSpec
 from .spec_values import value_kinds
 from .table import FrozenTable, frozen_rows
@@ -80,7 +80,8 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
         out |= {"row": "default", "why": "the spec's default, measured faster here than every tuned point"
                 if key in table.kept else "no tuned row in the table: the spec's default choice"}
     else:
-        variant, config = found.variant, dict(found.point)
+        # the tunables its variant fixes are taken at the call, as the generated API takes them
+        variant, config = found.variant, {**found.point, **fixed_values(spec, find_variant(spec, found.variant), params)}
         w = found.winner
         out |= {"row": "tuned" if found.source is None else "filled",
                 "winner": {"bucket": key_text(spec, w.key), "median_ms": w.median_ms, "date": w.date,

@@ -95,3 +95,27 @@ def test_default_choice_reproduces_the_seed_on_ascend():
     assert (point["BK"], point["BV"]) == (64, 32)
     variant, _ = api._default_npu(196608, 20, **{**params, "scale": 1.5})
     assert variant == "post_general_persistent"
+
+
+@pytest.mark.parametrize("K, BK", [(16, 16), (24, 32), (32, 32)])
+def test_a_row_takes_the_tunables_its_variant_fixes_at_the_call(x, monkeypatch, K, BK):
+    """A table row serves every shape of its bucket: vloop's one K tile, a row measured at K = 32
+    with BK = 32, runs pow2(K) wide at each K of the K <= 32 bucket; the tunables the variant
+    leaves free stay the row's."""
+    import generated.chunk_gla_fwd_o_gk as api
+
+    row = ("fold_vloop_persistent", {"BK": 32, "BV": 32, "DOT_PRECISION": "ieee", "A_PAIR": True,
+                                     "EARLY_INTRA": True, "EVICT_H": False, "TRIL_LOAD": False,
+                                     "multibuffer": True, "occupancy": 1})
+    launched = []
+
+    class Module:
+        @staticmethod
+        def launch(point, **_):
+            launched.append(point)
+
+    monkeypatch.setattr(api, "_lookup", lambda table, key: row)
+    monkeypatch.setattr(api, "_kernel_module", lambda rendering, variant: Module)
+    inputs = make_inputs(1, 40, 2, K, 32, 32, dtype=torch.float16, seed=0)
+    _call(x, **{k: inputs[k] for k in ("q", "v", "g", "A", "h")})
+    assert launched == [{**row[1], "BK": BK}] and row[1]["BK"] == 32
