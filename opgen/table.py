@@ -532,15 +532,17 @@ def _free_fields(spec: OpSpec) -> dict[int, str | None]:
 def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
                  only: Key | None = None, keep: frozenset[Key] = frozenset()) -> list[Row]:
     """Rows for untuned keys that differ from tuned ones only in bucketed fields (with ``only``,
-    the row of that key alone, if it gets one), but for the keys of ``keep`` (left to the default).
+    the row of that key alone, if it gets one), but for the keys of ``keep`` (measured buckets
+    where the spec's default ran fastest, left to it).
 
     For each assignment of the categorical fields among ``tuned``, every combination of bucket
     indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
     indices, ties to the larger buckets, then key order) whose variant is legal and within budget
     on a representative shape of the target: the source case with each moved plain-name field set
     to the bucket's upper edge (last edge + 1 past the last), at most the spec's
-    ``dispatch.fill_distance`` away. A key with no such row stays
-    unfilled (it takes the spec's default). Each row names its source key.
+    ``dispatch.fill_distance`` away. A key of ``keep`` nearer than any such row stands for the
+    default: the target stays unfilled, as does a key with no such row (both take the spec's
+    default). Each row names its source key.
     """
     fields_ = list(spec.dispatch.key.values())
     bucketed = [i for i, f in enumerate(fields_) if split_key_field(f)[1]]
@@ -548,7 +550,7 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
         return []
     free = _free_fields(spec)
     groups: dict[Key, list[Key]] = {}
-    for key in tuned:
+    for key in (*tuned, *(k for k in keep if k not in tuned)):
         groups.setdefault(tuple(v for i, v in enumerate(key) if i not in bucketed), []).append(key)
     counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
     tunables = spec.tunables_for(chip.backend)
@@ -563,6 +565,8 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
             for src in sorted(groups[cat], key=_nearest(bucketed, target)):
                 if reach is not None and sum(abs(src[i] - target[i]) for i in bucketed) > reach:
                     break  # the candidates come nearest first
+                if src not in tuned:
+                    break  # the default ran fastest on the nearest measured bucket: it holds here too
                 rec = tuned[src]
                 if _fill_fits(spec, chip, rec, src, target, bucketed, free):
                     point = {n: rec.point[n] for n in tunables}

@@ -31,7 +31,7 @@ def test_a_tuned_shape_names_its_winner_and_cross_check():
 
 
 def test_a_filled_shape_names_the_tuned_bucket_it_comes_from():
-    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=64")
+    out = _explain(GLA, "B=2", "T=300", "H=4", "K=128", "V=200", "dtype=float16", "chunk_size=64")
     assert out["row"] == "filled" and out["filled_from"] == out["winner"]["bucket"] != out["bucket"]
     assert out["filled_by"] == "nearest" and "filled from the tuned bucket" in text(out)
     # a bucket next to one the measure step filled takes that bucket's row

@@ -1,6 +1,7 @@
 """The measured fill: measure records round-trip; an untuned bucket takes the tuned point that
 ran fastest there in its latest run, over the nearest bucket's, or keeps the spec's default where
-that ran faster; it falls back to the nearest fill when its measures are failed, stale or of
+that ran faster (and so do the unmeasured buckets nearer to it than to any tuned or filled
+one); it falls back to the nearest fill when its measures are failed, stale or of
 points no winner holds; the frozen table marks
 measured fills; and ``opgen tune --measure-fill`` on the interpreter writes the records that
 ``opgen build`` freezes, deterministically."""
@@ -142,9 +143,15 @@ def test_a_bucket_where_the_default_ran_fastest_keeps_it(setup, gla, hashes, def
     assert (target in _filled(table)) == (not kept) and table.kept == ((target,) if kept else ())
     if not kept:
         assert _filled(table)[target].measured.ms == min(m for m in (small_ms, 0.20) if m is not None)
-    # the buckets around it are filled as before: from the tuned buckets, not from the kept one
+    # it serves the buckets around it as a filled one would: one tasks bucket up it is nearer than
+    # either winner, so that bucket keeps the default too; one K bucket down, small is nearer
     above = target[:6] + (target[6] + 1,)
-    assert _filled(table)[above].source in ((small.key, large.key) if kept else (target,))
+    if kept:
+        assert above not in _filled(table)
+    else:
+        assert _filled(table)[above].source == target
+    below = small.key[:6] + (target[6] + 1,)
+    assert below != small.key and _filled(table)[below].source == small.key
 
 
 @pytest.mark.parametrize("stale", [

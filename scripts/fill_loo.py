@@ -1,0 +1,71 @@
+"""How well the nearest fill stands in for the measure step, scored on the records alone: for each
+bucket the measure step measured (``opgen tune --measure-fill``), the row the nearest fill gives it
+from the tuned and the other measured buckets (leave-one-out), looked up among that bucket's own
+measured candidates. Prints per bucket the fill's source (a tuned or measured key, or ``default``:
+a bucket where the spec's default ran fastest is nearer than any row, or none serves) and the
+fastest candidate's time over the fill's, then the geomean and the minimum. With ``--no-kept`` the
+measured buckets where the default ran fastest are no sources of the fill, as before they were.
+Runs on the CPU:
+
+    python3 scripts/fill_loo.py chunk_gla_fwd_o_gk h200 [--no-kept]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from opgen.bench import geomean  # noqa: E402
+from opgen.hardware import profile  # noqa: E402
+from opgen.kernels import kernel_hashes  # noqa: E402
+from opgen.keys import sort_key  # noqa: E402
+from opgen.records import latest_measure_runs, record_path  # noqa: E402
+from opgen.space import carried, case_inputs, default_point, evaluate_params, point_id  # noqa: E402
+from opgen.spec import load_spec  # noqa: E402
+from opgen.table import fill_measured, fill_nearest, read_keyed, split_winners, stand_ins  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("op")
+    parser.add_argument("chip")
+    parser.add_argument("--no-kept", action="store_true", help="measured buckets kept at the default are no sources")
+    args = parser.parse_args()
+    spec = load_spec(ROOT / "specs" / f"{args.op}.yaml", ROOT)
+    chip = profile(args.chip)
+    hashes = kernel_hashes(ROOT, spec, chip.rendering)
+    path = record_path(ROOT, chip.name, spec.op)
+    records = read_keyed(spec, chip, path).records
+    tuned, _ = split_winners(spec, chip, path, records, hashes)
+    measured = fill_measured(spec, chip, tuned, records, hashes)
+    rows = {r.key: r for r in measured.rows}
+    runs = latest_measure_runs(records)
+    ratios = []
+    print(f"{'bucket':<46} {'fill from':<46} {'best/fill':>9}")
+    for key in sorted({*rows, *measured.kept}, key=sort_key):
+        times = {point_id(r.variant, r.point): r.ms for r in runs[key] if r.ms is not None}
+        params = evaluate_params(spec, case_inputs(spec, runs[key][0].case))
+        others = stand_ins(r for k, r in rows.items() if k != key)
+        keep = frozenset() if args.no_kept else frozenset(k for k in measured.kept if k != key)
+        row = next(iter(fill_nearest(spec, chip, {**tuned, **others}, only=key, keep=keep)), None)
+        if row is None:
+            point = default_point(spec, chip, params)
+            ident, source = point_id(point.variant, dict(point.config)), "default"
+        else:
+            config = carried(spec, row.variant, row.point, params)
+            ident, source = (None if config is None else point_id(row.variant, config)), str(row.source)
+        ms = times.get(ident)
+        ratio = None if ms is None else min(times.values()) / ms
+        if ratio is not None:
+            ratios.append(ratio)
+        print(f"{str(key):<46} {source:<46} {'not measured' if ratio is None else f'{ratio:9.3f}'}")
+    print(f"fastest measured over the fill's point: geomean {geomean(ratios):.3f}, min {min(ratios):.3f} "
+          f"over {len(ratios)} buckets")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
