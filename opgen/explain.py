@@ -20,7 +20,7 @@ from .records import record_path
 from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
 from .spec import DTYPES, OpSpec
 from .spec_values import value_kinds
-from .table import FrozenTable, frozen_rows
+from .table import FrozenTable, default_source, frozen_rows
 
 
 def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[str, Any]:
@@ -77,8 +77,13 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
     if found is None:
         point = default_point(spec, chip, params)
         variant, config = point.variant, dict(point.config)
+        near = None if key in table.kept else default_source(spec, chip, table, key)
         out |= {"row": "default", "why": "the spec's default, measured faster here than every tuned point"
-                if key in table.kept else "no tuned row in the table: the spec's default choice"}
+                if key in table.kept else "no tuned row in the table: the spec's default choice"
+                if near is None else f"the spec's default, measured fastest on the nearest measured bucket, "
+                                     f"{key_text(spec, near)}"}
+        if near is not None:
+            out["default_from"] = key_text(spec, near)
     else:
         # the tunables its variant fixes are taken at the call, as the generated API takes them
         variant, config = found.variant, {**found.point, **fixed_values(spec, find_variant(spec, found.variant), params)}

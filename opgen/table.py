@@ -30,7 +30,7 @@ from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
-           "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits"]
+           "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits", "default_source"]
 
 
 class Row(NamedTuple):
@@ -544,18 +544,35 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     default: the target stays unfilled, as does a key with no such row (both take the spec's
     default). Each row names its source key.
     """
+    tunables = spec.tunables_for(chip.backend)
+    return [Row(target, tuned[src].variant, {n: tuned[src].point[n] for n in tunables}, tuned[src], src)
+            for target, src in _nearest_sources(spec, chip, tuned, only, keep) if src in tuned]
+
+
+def default_source(spec: OpSpec, chip: ChipProfile, table: FrozenTable, key: Key) -> Key | None:
+    """The measured bucket kept at the spec's default (``table.kept``) that leaves the untuned,
+    unfilled ``key`` to the default too, being nearer than any row that could fill it; None if no
+    such bucket does."""
+    sources = {**{r.key: r.winner for r in table.rows if r.source is None},
+               **stand_ins(r for r in table.rows if r.measured is not None)}
+    return next((src for target, src in _nearest_sources(spec, chip, sources, key, frozenset(table.kept))
+                 if src not in sources), None)
+
+
+def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], only: Key | None,
+                     keep: frozenset[Key]) -> Iterable[tuple[Key, Key]]:
+    """(target, source) for each key the nearest fill decides (:func:`fill_nearest`): a key of
+    ``tuned`` whose row fills it, or a key of ``keep`` that leaves it to the default."""
     fields_ = list(spec.dispatch.key.values())
     bucketed = [i for i, f in enumerate(fields_) if split_key_field(f)[1]]
     if not bucketed or not tuned:
-        return []
+        return
     free = _free_fields(spec)
     groups: dict[Key, list[Key]] = {}
     for key in (*tuned, *(k for k in keep if k not in tuned)):
         groups.setdefault(tuple(v for i, v in enumerate(key) if i not in bucketed), []).append(key)
     counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
-    tunables = spec.tunables_for(chip.backend)
     reach = spec.dispatch.fill_distance
-    rows: list[Row] = []
     for cat in sorted(groups, key=sort_key):
         for combo in itertools.product(*(range(n) for n in counts)):
             slots, rest = dict(zip(bucketed, combo)), iter(cat)
@@ -565,14 +582,12 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
             for src in sorted(groups[cat], key=_nearest(bucketed, target)):
                 if reach is not None and sum(abs(src[i] - target[i]) for i in bucketed) > reach:
                     break  # the candidates come nearest first
-                if src not in tuned:
-                    break  # the default ran fastest on the nearest measured bucket: it holds here too
-                rec = tuned[src]
-                if _fill_fits(spec, chip, rec, src, target, bucketed, free):
-                    point = {n: rec.point[n] for n in tunables}
-                    rows.append(Row(target, rec.variant, point, rec, src))
+                if src not in tuned:  # the default ran fastest on the nearest measured bucket
+                    yield target, src
                     break
-    return rows
+                if _fill_fits(spec, chip, tuned[src], src, target, bucketed, free):
+                    yield target, src
+                    break
 
 
 def _nearest(bucketed: list[int], target: Key) -> Callable[[Key], tuple[Any, ...]]:

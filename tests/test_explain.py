@@ -34,6 +34,10 @@ def test_a_filled_shape_names_the_tuned_bucket_it_comes_from():
     out = _explain(GLA, "B=2", "T=300", "H=4", "K=128", "V=200", "dtype=float16", "chunk_size=64")
     assert out["row"] == "filled" and out["filled_from"] == out["winner"]["bucket"] != out["bucket"]
     assert out["filled_by"] == "nearest" and "filled from the tuned bucket" in text(out)
+    # a bucket nearer to one the measure step kept at the spec's default than to any row keeps it too
+    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=64")
+    assert out["row"] == "default" and out["default_from"] != out["bucket"]
+    assert f"measured fastest on the nearest measured bucket, {out['default_from']}" in text(out)
     # a bucket next to one the measure step filled takes that bucket's row
     out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=32")
     assert out["filled_by"] == "nearest measured" and "filled from the measured bucket" in text(out)

@@ -147,7 +147,8 @@ def test_a_bucket_where_the_default_ran_fastest_keeps_it(setup, gla, hashes, def
     # either winner, so that bucket keeps the default too; one K bucket down, small is nearer
     above = target[:6] + (target[6] + 1,)
     if kept:
-        assert above not in _filled(table)
+        assert above not in _filled(table) and tables.default_source(gla, CHIP, table, above) == target
+        assert tables.default_source(gla, CHIP, table, target) is None  # kept itself, no neighbour's
     else:
         assert _filled(table)[above].source == target
     below = small.key[:6] + (target[6] + 1,)
