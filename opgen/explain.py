@@ -86,7 +86,8 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
             out["default_from"] = key_text(spec, near)
     else:
         # the tunables its variant fixes are taken at the call, as the generated API takes them
-        variant, config = found.variant, {**found.point, **fixed_values(spec, find_variant(spec, found.variant), params)}
+        variant = found.variant
+        config = {**found.point, **fixed_values(spec, find_variant(spec, variant), params)}
         w = found.winner
         out |= {"row": "tuned" if found.source is None else "filled",
                 "winner": {"bucket": key_text(spec, w.key), "median_ms": w.median_ms, "date": w.date,

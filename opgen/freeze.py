@@ -155,7 +155,8 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
                 variants=variants, defaults=defaults, budgets=budgets, legality=legality,
-                legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=fixed_names, key=key, param_names=list(spec.param_names()),
+                legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=fixed_names, key=key,
+                param_names=list(spec.param_names()),
                 launch_args=list(spec.api.launch_args),
                 helpers="\n\n".join(filter(None, [python_helpers(calls), inspect.getsource(bucket_index)])).rstrip("\n"),
                 chips=[(p.backend, p.device_names, p.name) for p in PROFILES.values()
