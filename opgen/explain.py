@@ -78,12 +78,14 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
         point = default_point(spec, chip, params)
         variant, config = point.variant, dict(point.config)
         near = None if key in table.kept else default_source(spec, chip, table, key)
-        out |= {"row": "default", "why": "the spec's default, measured faster here than every tuned point"
-                if key in table.kept else "no tuned row in the table: the spec's default choice"
-                if near is None else f"the spec's default, measured fastest on the nearest measured bucket, "
-                                     f"{key_text(spec, near)}"}
-        if near is not None:
+        if key in table.kept:
+            why = "the spec's default, measured faster here than every tuned point"
+        elif near is None:
+            why = "no tuned row in the table: the spec's default choice"
+        else:
             out["default_from"] = key_text(spec, near)
+            why = f"the spec's default, measured fastest on the nearest measured bucket, {out['default_from']}"
+        out |= {"row": "default", "why": why}
     else:
         # the tunables its variant fixes are taken at the call, as the generated API takes them
         variant = found.variant

@@ -133,16 +133,15 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
                 if o.when.source.strip() != "True"]
     legal_names = sorted({n for a in spec.variants.axes.values() for o in a.values() for n in o.when.names})
     # (axis, options, assignments): each axis's options grouped by the shape-dependent values they fix
-    shape_fixed = []
+    shape_fixed, fixed_names = [], set()  # and the shape's names those values read
     for axis, options in spec.variants.axes.items():
         groups: dict[tuple, list[str]] = {}
         for opt, o in options.items():
-            assignments = tuple((n, e.to_python()) for n, e in o.fixed.items() if e.names)
-            if assignments:
-                groups.setdefault(assignments, []).append(opt)
+            shaped = {n: e for n, e in o.fixed.items() if e.names}
+            fixed_names.update(n for e in shaped.values() for n in e.names)
+            if shaped:
+                groups.setdefault(tuple((n, e.to_python()) for n, e in shaped.items()), []).append(opt)
         shape_fixed += [(axis, opts, list(assignments)) for assignments, opts in groups.items()]
-    fixed_names = sorted({n for a in spec.variants.axes.values() for o in a.values()
-                          for e in o.fixed.values() for n in e.names})
     key = []
     for name, field in spec.dispatch.key.items():
         expr, buckets = (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
@@ -155,7 +154,7 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
                 variants=variants, defaults=defaults, budgets=budgets, legality=legality,
-                legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=fixed_names, key=key,
+                legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=sorted(fixed_names), key=key,
                 param_names=list(spec.param_names()),
                 launch_args=list(spec.api.launch_args),
                 helpers="\n\n".join(filter(None, [python_helpers(calls), inspect.getsource(bucket_index)])).rstrip("\n"),

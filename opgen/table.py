@@ -294,13 +294,15 @@ def checked_frozen_winner(rec: CheckRecord, fresh: Mapping[Key, WinnerRecord]) -
 
 
 def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], key: Key,
-                       params: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None]:
-    """What the table would give ``key`` from the other tuned keys alone: the nearest fill's variant,
-    point and source (``from <key>``), or with none the spec's default for ``params`` (source None)."""
+                       params: Mapping[str, Any], keep: frozenset[Key] = frozenset()
+                       ) -> tuple[str, dict[str, Any], str | None]:
+    """What the table would give ``key`` from the other tuned keys alone (and the kept buckets of
+    ``keep``, :func:`fill_nearest`): the nearest fill's variant, point and source (``from <key>``),
+    or with none the spec's default for ``params`` (source None)."""
     from .space import default_point
 
     others = {k: w for k, w in tuned.items() if k != key}
-    row = next(iter(fill_nearest(spec, chip, others, only=key)), None)
+    row = next(iter(fill_nearest(spec, chip, others, only=key, keep=keep - {key})), None)
     if row is not None:
         return row.variant, row.point, f"from {row.source!r}"
     point = default_point(spec, chip, params)

@@ -23,9 +23,9 @@ from opgen.hardware import profile  # noqa: E402
 from opgen.kernels import kernel_hashes  # noqa: E402
 from opgen.keys import sort_key  # noqa: E402
 from opgen.records import latest_measure_runs, record_path  # noqa: E402
-from opgen.space import carried, case_inputs, default_point, evaluate_params, point_id  # noqa: E402
+from opgen.space import carried, case_inputs, evaluate_params, point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.table import fill_measured, fill_nearest, read_keyed, split_winners, stand_ins  # noqa: E402
+from opgen.table import fill_measured, leave_one_out_fill, read_keyed, split_winners, stand_ins  # noqa: E402
 
 
 def main() -> int:
@@ -48,20 +48,14 @@ def main() -> int:
     for key in sorted({*rows, *measured.kept}, key=sort_key):
         times = {point_id(r.variant, r.point): r.ms for r in runs[key] if r.ms is not None}
         params = evaluate_params(spec, case_inputs(spec, runs[key][0].case))
-        others = stand_ins(r for k, r in rows.items() if k != key)
-        keep = frozenset() if args.no_kept else frozenset(k for k in measured.kept if k != key)
-        row = next(iter(fill_nearest(spec, chip, {**tuned, **others}, only=key, keep=keep)), None)
-        if row is None:
-            point = default_point(spec, chip, params)
-            ident, source = point_id(point.variant, dict(point.config)), "default"
-        else:
-            config = carried(spec, row.variant, row.point, params)
-            ident, source = (None if config is None else point_id(row.variant, config)), str(row.source)
-        ms = times.get(ident)
+        variant, point, source = leave_one_out_fill(spec, chip, {**tuned, **stand_ins(rows.values())}, key, params,
+                                                    keep=frozenset() if args.no_kept else frozenset(measured.kept))
+        config = carried(spec, variant, point, params)
+        ms = None if config is None else times.get(point_id(variant, config))
         ratio = None if ms is None else min(times.values()) / ms
         if ratio is not None:
             ratios.append(ratio)
-        print(f"{str(key):<46} {source:<46} {'not measured' if ratio is None else f'{ratio:9.3f}'}")
+        print(f"{str(key):<46} {source or 'default':<46} {'not measured' if ratio is None else f'{ratio:9.3f}'}")
     print(f"fastest measured over the fill's point: geomean {geomean(ratios):.3f}, min {min(ratios):.3f} "
           f"over {len(ratios)} buckets")
     return 0
