@@ -40,7 +40,10 @@ def test_variants_per_rendering(gla):
     cuda = [v.name for v in space.variants_for(gla, "cuda")]
     assert len(npu) == 20 and all(n.endswith("_persistent") for n in npu)
     # 4 scale paths x 5 shapes x 2 grids, and the chunk-loop grids on fold and post without a V loop
-    assert len(cuda) == 52 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
+    assert len(cuda) == 56 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
+    # the descriptor grids: cuda only, general shape, fold and post
+    assert sorted(n for n in cuda if "_tma" in n) == [
+        "fold_general_tma", "fold_general_tma_persistent", "post_general_tma", "post_general_tma_persistent"]
     assert sum("_vloop2_" in n for n in cuda) == 8 and sum("_vloop2_" in n for n in npu) == 4
     chunks = sorted(n for n in cuda if "_chunks" in n)
     assert len(chunks) == 12 and all(n.split("_")[0] in ("fold", "post") and n.split("_")[1] in ("general", "h1", "single")

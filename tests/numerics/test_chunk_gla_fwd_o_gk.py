@@ -4,7 +4,8 @@ Every variant of both renderings runs on shapes legal for it (tails, H=1, B=1, o
 both chunk sizes, exp and exp2, both half dtypes), at two corners of its tunable space (each
 point once: a cuda module's corner that its npu twin runs on the same case runs there alone);
 the public API runs on the spec's interpreter cases and on K, V in {32, 48, 64, 96, 128, 160,
-256}.
+256}. The variants whose tiles are tensor descriptors run under an interpreter that knows them
+(descriptor_interpreter.py).
 """
 import importlib
 import itertools
@@ -19,11 +20,14 @@ from opgen.hardware import profile
 from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32
 from opgen.spec import load_spec
 
+from . import descriptor_interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 # The tuner's bar: below FLA 0.6.0's error against the float64 golden by a margin.
 BAR = SPEC.accuracy.max_rel_l2
+DESCRIPTOR_GRIDS = ("tma", "tma_persistent")  # tiles loaded through tensor descriptors
 assert BAR["bfloat16"] < 2.36e-3 and BAR["float16"] < 2.94e-4
 
 
@@ -56,7 +60,10 @@ def _variant_shapes(variant):
 def _variant_cases():
     for rendering, chip in (("npu", "ascend910b3"), ("cuda", "h200")):
         for variant in space.variants_for(SPEC, rendering):
-            dtypes = ["float16"] if variant.flags["SCALE_PATH"] == "split" else ["float16", "bfloat16"]
+            # split is float16 only; upstream Triton's interpreter (the descriptor grids') computes
+            # bfloat16 dots wrongly, so those run float16 here and bfloat16 under the tuner's checks.
+            half_only = variant.flags["SCALE_PATH"] == "split" or variant.flags["GRID"] in DESCRIPTOR_GRIDS
+            dtypes = ["float16"] if half_only else ["float16", "bfloat16"]
             for dtype, (i, shape) in itertools.product(dtypes, enumerate(_variant_shapes(variant))):
                 yield pytest.param(rendering, chip, variant, dtype, shape, i % 2 == 1,
                                    id=f"{rendering}-{variant.name}-{dtype}-T{shape['T']}-K{shape['K']}-V{shape['V']}")
@@ -72,8 +79,8 @@ def _params(dtype, shape, use_exp2):
 
 def _corners(rendering, chip, variant, dtype, shape, use_exp2):
     """The variant's smallest tiles with every option off; the largest that fit with the loads
-    moved before the K loop (and, where cuda searches them, h loaded evict-first and A through its
-    triangular mask). Both ieee: triton-ascend's interpreter runs only "ieee" fp32 dots (it
+    moved before the K loop (and, where cuda searches them and the variant does not fix them, h
+    loaded evict-first and A through its triangular mask). Both ieee: triton-ascend's interpreter runs only "ieee" fp32 dots (it
     computes every dot in fp32): it refuses tf32/tf32x3, which the cuda rendering's fp32 path runs
     on the H200, and knows no hf32, which the front-end test covers."""
     feasible, _ = space.points(SPEC, variant, profile(chip), _params(dtype, shape, use_exp2))
@@ -82,8 +89,10 @@ def _corners(rendering, chip, variant, dtype, shape, use_exp2):
     feasible = ieee or [type(p)(p.variant, tuple((k, "ieee" if k == "DOT_PRECISION" else v) for k, v in p.values))
                         for p in feasible]
     cuda = rendering == "cuda"
+    fixed = space.fixed_values(SPEC, variant, _params(dtype, shape, use_exp2))
+    on = {n: cuda and n not in fixed for n in ("EVICT_H", "TRIL_LOAD")}
     return (feasible[0], next(p for p in reversed(feasible) if p.config["EARLY_INTRA"]
-                              and p.config["EVICT_H"] == cuda and p.config["TRIL_LOAD"] == cuda))
+                              and all(p.config[n] == on[n] for n in on)))
 
 
 def _kernel_config(point):
@@ -109,14 +118,18 @@ def test_every_variant(rendering, chip, variant, dtype, shape, use_exp2):
         if config not in configs and config not in [_kernel_config(p) for p in twin]:
             configs.append(config)
     assert configs, f"{variant.name}: every corner runs on the npu twin"
-    module = importlib.import_module(f"generated.chunk_gla_fwd_o_gk.kernels.{rendering}.{variant.name}")
+    module = f"generated.chunk_gla_fwd_o_gk.kernels.{rendering}.{variant.name}"
     seed = hash((variant.name, dtype, shape["T"])) % 1000
     errors = {}
     for config in configs:
         x = make_inputs(**shape, dtype=DTYPES[dtype], seed=seed)
-        o = torch.full_like(x["v"], float("nan"))
-        module.launch(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], o=o, scale=x["scale"],
-                      use_exp2=use_exp2, BT=shape["chunk_size"], num_programs=3, point=config)
+        args = dict(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], o=torch.full_like(x["v"], float("nan")),
+                    scale=x["scale"], use_exp2=use_exp2, BT=shape["chunk_size"], num_programs=3, point=config)
+        if variant.flags["GRID"] in DESCRIPTOR_GRIDS:
+            o = descriptor_interpreter.launch(module, **args)
+        else:
+            importlib.import_module(module).launch(**args)
+            o = args["o"]
         report = _check(o, x, use_exp2, dtype, variant.flags["SCALE_PATH"] == "fp32" or config["A_PAIR"])
         errors[config["A_PAIR"]] = report.rel_l2
     if len(errors) == 2:  # same inputs: the pair removes the rounding of A
@@ -153,3 +166,39 @@ def test_public_api_spec_cases():
                         dtype=DTYPES[row["dtype"]], seed=i)
         o = chunk_gla_fwd_o_gk(x["q"], x["v"], x["g"], x["A"], x["h"], scale=2.5, chunk_size=row["chunk_size"])
         _check(o, {**x, "scale": 2.5}, False, row["dtype"], precise=False)
+
+
+TMA_POINT = dict(BK=32, BV=32, DOT_PRECISION="ieee", A_PAIR=True, EARLY_INTRA=False, EVICT_H=False, TRIL_LOAD=False)
+
+
+def test_descriptor_grid_refuses_a_triton_without_tensor_descriptors():
+    """The test's Triton (triton-ascend 3.2) has no host tensor descriptors: a tma module's call
+    raises NotImplementedError naming its variant and the Triton it needs, before any launch."""
+    import importlib.util
+
+    import triton
+
+    assert importlib.util.find_spec("triton.tools.tensor_descriptor") is None
+    module = importlib.import_module("generated.chunk_gla_fwd_o_gk.kernels.cuda.fold_general_tma")
+    x = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=0)
+    with pytest.raises(NotImplementedError, match=rf"fold_general_tma needs Triton >= 3.4 \(tensor descriptors\), "
+                                                  rf"not {triton.__version__}"):
+        module.launch(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], o=torch.empty_like(x["v"]),
+                      scale=x["scale"], use_exp2=False, BT=32, num_programs=3, point=TMA_POINT)
+
+
+def test_descriptor_grid_copies_operands_off_the_16_byte_alignment():
+    """A descriptor's base must start on 16 bytes: a contiguous q and h that start 2 and 4 bytes
+    past it (views one element into their storage) are copied, and the output matches the golden."""
+    x = make_inputs(2, 45, 2, 48, 32, 32, dtype=torch.float16, seed=5)
+    for name in ("q", "h"):
+        t = x[name]
+        shifted = torch.empty(t.numel() + 1, dtype=t.dtype)[1:].view(t.shape)
+        shifted.copy_(t)
+        assert shifted.is_contiguous() and shifted.data_ptr() % 16 != 0
+        x[name] = shifted
+    o = descriptor_interpreter.launch(
+        "generated.chunk_gla_fwd_o_gk.kernels.cuda.fold_general_tma_persistent",
+        q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], o=torch.full_like(x["v"], float("nan")),
+        scale=x["scale"], use_exp2=False, BT=32, num_programs=3, point={**TMA_POINT, "BK": 64})
+    _check(o, x, False, "float16", precise=True)
