@@ -80,9 +80,10 @@ def _params(dtype, shape, use_exp2):
 def _corners(rendering, chip, variant, dtype, shape, use_exp2):
     """The variant's smallest tiles with every option off; the largest that fit with the loads
     moved before the K loop (and, where cuda searches them and the variant does not fix them, h
-    loaded evict-first and A through its triangular mask). Both ieee: triton-ascend's interpreter runs only "ieee" fp32 dots (it
-    computes every dot in fp32): it refuses tf32/tf32x3, which the cuda rendering's fp32 path runs
-    on the H200, and knows no hf32, which the front-end test covers."""
+    loaded evict-first and A through its triangular mask). Both ieee: triton-ascend's interpreter
+    runs only "ieee" fp32 dots (it computes every dot in fp32): it refuses tf32/tf32x3, which the
+    cuda rendering's fp32 path runs on the H200, and knows no hf32, which the front-end test
+    covers."""
     feasible, _ = space.points(SPEC, variant, profile(chip), _params(dtype, shape, use_exp2))
     assert feasible, f"no feasible point for {variant.name}"
     ieee = [p for p in feasible if p.config["DOT_PRECISION"] == "ieee"]
