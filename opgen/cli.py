@@ -188,16 +188,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             print(cross_report(spec, checks, args.cross_margin))
         if args.measure_fill:
             from .measure_fill import candidates, earlier_runs, fill_report, run_name
-            from .table import fresh_winners, read_keyed
+            from .table import fresh_winners, pending_winners, read_keyed
 
             if shared:  # the winners of every host
                 _pull(storage, path, spec.op, chip.name)
             tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
+            held = read_keyed(spec, chip, path).records if path.exists() else ()
+            pending = pending_winners(spec, chip, path, held, campaign.config.kernel_hash)
             found = buckets(spec, rows)
-            run = run_name(date, candidates(spec, chip, tuned), found)
-            earlier = {} if args.remeasure or not path.exists() else \
-                earlier_runs(read_keyed(spec, chip, path).records, campaign.config.kernel_hash)
-            print(fill_report(spec, campaign.measure_fill(found, tuned, run, earlier)))
+            run = run_name(date, candidates(spec, chip, {**pending, **tuned}), found)
+            earlier = {} if args.remeasure else earlier_runs(held, campaign.config.kernel_hash)
+            print(fill_report(spec, campaign.measure_fill(found, tuned, run, earlier, pending)))
             if shared:
                 _pull(storage, path, spec.op, chip.name)
             print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")

@@ -193,6 +193,8 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
                f"combinations filled{how} from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
                f"{kept}{len(table.stale)} stale records not frozen"
+               + (f"; measured buckets whose winner's search never ran the point measured fastest there, "
+                  f"left to the measure step: {len(table.pending)}" if table.pending else "")
                + (", its torn last line skipped." if table.torn else "."))
     if table.torn and notes is not None:
         notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "

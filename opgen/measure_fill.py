@@ -64,7 +64,8 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
                  run: str, check: Callable[[list[Point], Bucket], dict[Point, str]],
                  again: Callable[[list[Point], Bucket], dict[Point, float]],
                  sink: Callable[[str, dict[str, Any]], None],
-                 earlier: Mapping[Key, tuple[MeasureRecord, ...]] | None = None) -> list[FillMeasure]:
+                 earlier: Mapping[Key, tuple[MeasureRecord, ...]] | None = None,
+                 pending: Mapping[Key, Any] | None = None) -> list[FillMeasure]:
     """On each bucket of ``buckets_`` that no winner holds, every candidate carried to the bucket
     (:func:`carried_point`: legal there and within budget on every case of the bucket), and the
     spec's default at the bucket's first case where it is no candidate's point and fits every
@@ -73,8 +74,11 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
     side by side (``again``: geomean over the bucket's cases of interleaved runs); one ``measure``
     record per point (``run``: :func:`run_name`), a failed one with its reason. A bucket whose
     ``earlier`` run (:func:`earlier_runs`) measured every candidate of now on its first case is
-    kept as it is: nothing is run or recorded there, so a measure step cut short resumes."""
-    pool = candidates(spec, profile, tuned)
+    kept as it is: nothing is run or recorded there, so a measure step cut short resumes. The
+    ``pending`` winners (:func:`opgen.table.pending_winners`) are candidates too, and their keys
+    are measured as untuned ones."""
+    sources = {**(pending or {}), **tuned}
+    pool = candidates(spec, profile, sources)
     out = []
     for bucket in buckets_:
         if bucket.key in tuned:
@@ -83,7 +87,7 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
         for k, p in pool:
             point = carried_point(spec, profile, p, bucket)
             if point is not None and all(point != q for _, _, q in here):
-                here.append((f"winner of {k!r}", tuned[k].study, point))
+                here.append((f"winner of {k!r}", sources[k].study, point))
         default = _default_here(spec, profile, bucket)
         if default is not None and all(p != default for _, _, p in here):
             here.append((DEFAULT_SOURCE, "", default))

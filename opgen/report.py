@@ -22,7 +22,8 @@ from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerReco
 from .settings import Settings
 from .spec import OpSpec
 from .space import point_id
-from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
+from .table import (checked_frozen_winner, cross_checked, fill_measured, fill_nearest, pending_winners, read_keyed,
+                    split_winners)
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -33,6 +34,7 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> current kernel)."""
     found = read_keyed(spec, chip, path)
     fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
+    pending = pending_winners(spec, chip, path, found.records, kernel_hashes)
     stale = {s.record.key: s.reason for s in old}
     latest = latest_winners(found.records)
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)
@@ -83,23 +85,29 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
             if c is not None and c.fill_ms * (1.0 + EARLIER_FASTER) < c.own_ms:
                 lines.append(f"{'':<36} {c.fill_variant} ({c.fill_from or 'spec default'}) ran "
                              f"{c.own_ms / c.fill_ms - 1:.0%} faster here in a cross-check ({c.date})")
+        elif key in pending:
+            p = pending[key]
+            lines.append(f"{name:<36} {p.variant:<26} {p.median_ms:>9.4f} (never faced the point measured fastest "
+                         f"here: a measure-step candidate, not a tuned row)")
+            lines.append(f"{'':<36} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")
         else:
             lines.append(f"{name:<36} {'(' + stale[key] + ')' if key in stale else '(no winner)'}")
             lines.append(f"{'':<36} {'':<26} {'':>9} {'':>7} {'':<10} {'':>7}  {tried}")
     if other:
         lines.append(f"{other} trials measured a kernel since changed (not counted above)")
     lines.append(checks.line())
-    lines.extend(_measured_fills(spec, chip, found.records, fresh, kernel_hashes))
+    lines.extend(_measured_fills(spec, chip, found.records, fresh, kernel_hashes, pending))
     return "\n".join(lines)
 
 
 def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...],
-                    fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]) -> list[str]:
+                    fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str],
+                    pending: Mapping[tuple, WinnerRecord]) -> list[str]:
     """How many buckets the table fills from measurements (and how many keep the spec's default,
     measured faster there), and where the nearest fill would have run another point slower by
     more than the tuner's default tie margin (a smaller gap is a tie): its time beside the
     measured winner's in the same run."""
-    measured, kept = fill_measured(spec, chip, fresh, records, kernel_hashes)
+    measured, kept = fill_measured(spec, chip, fresh, records, kernel_hashes, pending)
     if not measured and not kept:
         return []
     nearest = {r.key: r for r in fill_nearest(spec, chip, fresh)}

@@ -1,7 +1,8 @@
 """The dispatch table frozen from the tuning records: one row per tuned bucket, the others filled.
 
 ``frozen_rows`` keys the records by where the spec buckets their cases now, then takes each
-bucket's winner in force (the latest one that met the one before it, :func:`held_winners`) whose
+bucket's winner in force (the latest one that met the one before it, or on a measured bucket the
+point measured fastest there, :func:`held_winners`) whose
 kernel (content hash) and tunables still match (else it is a stale winner, reported in the
 table, never frozen), then fills each untuned bucket that the records measured the winners' points
 on with the fastest of them there (:func:`fill_measured`; where the spec's default measured
@@ -30,7 +31,8 @@ from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
-           "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits", "default_source"]
+           "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits", "default_source",
+           "pending_winners"]
 
 
 class Row(NamedTuple):
@@ -109,6 +111,7 @@ class FrozenTable:
     checks: CrossChecked
     measured: int = 0  # of the filled rows, those filled from measurements on their bucket
     kept: tuple[Key, ...] = ()  # untuned buckets left to the spec's default, measured fastest there (key order)
+    pending: tuple[Key, ...] = ()  # measured buckets whose winner waits for the measure step (key order)
 
 
 def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
@@ -255,14 +258,17 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
-    by_measure = fill_measured(spec, chip, fresh, records.records, kernel_hashes) if fill else MeasuredFill([], {})
+    pending = pending_winners(spec, chip, path, records.records, kernel_hashes)
+    by_measure = fill_measured(spec, chip, fresh, records.records, kernel_hashes, pending) if fill \
+        else MeasuredFill([], {})
     filled = filled_rows(spec, chip, fresh, by_measure) if fill else []
     measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(by_measure.kept))
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(by_measure.kept),
+                       tuple(sorted(pending, key=sort_key)))
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
@@ -347,21 +353,51 @@ def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[
     which never faced the fresh winner in force before it (no trial of that point on the key
     since, and not among its side-by-side re-measures) leaves that one in force. A campaign cut
     short, or run without its journal, cannot replace a row with a point it never measured
-    against it."""
+    against it. Neither can it replace a measured fill: a key's first winner that never faced
+    the point its key's measure run found fastest waits for the measure step
+    (:func:`pending_winners`)."""
+    return _in_force(spec, chip, path, records, kernel_hashes)[0]
+
+
+def pending_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
+                    kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
+    """The winners held back from untuned keys the measure step had measured: a search that
+    never faced the point measured fastest there (a search over some variants alone, say) found
+    the best of what it searched, not the bucket's best. Such a winner, on its current kernel,
+    is one more candidate of the measure step, on its own key too (:func:`fill_measured`)."""
+    return {key: rec for key, rec in _in_force(spec, chip, path, records, kernel_hashes)[1].items()
+            if _current(spec, chip, path, rec, kernel_hashes)}
+
+
+def _in_force(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
+              kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], dict[Key, WinnerRecord]]:
+    """The winners in force (:func:`held_winners`) and those held back (:func:`pending_winners`)."""
     held: dict[Key, WinnerRecord] = {}
+    pending: dict[Key, WinnerRecord] = {}
     faced: dict[Key, set[str]] = {}
+    choice: dict[Key, tuple[str, str, float]] = {}  # per key: its latest measure run, fastest point, ms
     for rec in records:
         if isinstance(rec, TrialRecord):
             faced.setdefault(rec.key, set()).add(point_id(rec.variant, rec.point))
+        elif isinstance(rec, MeasureRecord):
+            run, best, ms = choice.get(rec.key, (rec.run, "", float("inf")))
+            if run != rec.run:
+                best, ms = "", float("inf")
+            if rec.ms is not None and rec.ms < ms and kernel_hashes.get(rec.variant) == rec.kernel_hash:
+                best, ms = point_id(rec.variant, rec.point), rec.ms
+            choice[rec.key] = (rec.run, best, ms)
         elif isinstance(rec, WinnerRecord):
             cur = held.get(rec.key)
             mine = point_id(cur.variant, cur.point) if cur is not None else None
-            if (cur is None or mine == point_id(rec.variant, rec.point) or mine in faced.get(rec.key, set())
-                    or mine in {point_id(*parse_point_name(n)) for n in rec.remeasured_ms}
+            met = faced.get(rec.key, set()) | {point_id(*parse_point_name(n)) for n in rec.remeasured_ms}
+            if cur is None and choice.get(rec.key, ("", "", 0.0))[1] not in met | {"", point_id(rec.variant, rec.point)}:
+                pending[rec.key] = rec
+            elif (cur is None or mine == point_id(rec.variant, rec.point) or mine in met
                     or not _current(spec, chip, path, cur, kernel_hashes)):
                 held[rec.key] = rec
+                pending.pop(rec.key, None)
             faced[rec.key] = set()
-    return held
+    return held, pending
 
 
 def _current(spec: OpSpec, chip: ChipProfile, path: Path, rec: WinnerRecord,
@@ -411,9 +447,11 @@ class MeasuredFill(NamedTuple):
 
 
 def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-                  records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> MeasuredFill:
+                  records: Iterable[Record], kernel_hashes: Mapping[str, str],
+                  pending: Mapping[Key, WinnerRecord] | None = None) -> MeasuredFill:
     """What the measure records (``opgen tune --measure-fill``) decide for untuned keys: a row of
-    the point that ran fastest on the key in its latest run, among the points of ``tuned`` winners,
+    the point that ran fastest on the key in its latest run, among the points of ``tuned`` and
+    ``pending`` winners (:func:`pending_winners`, which are no tuned keys),
     carried to the measured case as the measure step carries them (:func:`opgen.space.carried`),
     measured on their current kernel, that may stand for the key's whole bucket
     (:func:`serves_bucket`). Equal times go to the winner
@@ -427,6 +465,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
     bucketed = [i for i, f in enumerate(spec.dispatch.key.values()) if split_key_field(f)[1]]
     tunables = spec.tunables_for(chip.backend)
     runs = {key: recs for key, recs in latest_measure_runs(records).items() if key not in tuned}
+    sources = {**(pending or {}), **tuned}
     out = MeasuredFill([], {})
     holders_at: dict[tuple, dict[str, list[Key]]] = {}  # per measured case
     for key in sorted(runs, key=sort_key):
@@ -446,8 +485,8 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 continue
             case = tuple(sorted(rec.case.items()))
             if case not in holders_at:
-                holders_at[case] = _carried_holders(spec, tuned, tunables, params)
-            owners = [k for k in holders_at[case].get(ident, ()) if tuned[k].kernel_hash == rec.kernel_hash]
+                holders_at[case] = _carried_holders(spec, sources, tunables, params)
+            owners = [k for k in holders_at[case].get(ident, ()) if sources[k].kernel_hash == rec.kernel_hash]
             if not owners:
                 continue
             current += 1
@@ -460,7 +499,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
         if src is None:
             out.kept[key] = rec
         else:
-            out.rows.append(Row(key, rec.variant, {n: rec.point[n] for n in tunables}, tuned[src], src, rec))
+            out.rows.append(Row(key, rec.variant, {n: rec.point[n] for n in tunables}, sources[src], src, rec))
     return out
 
 

@@ -168,12 +168,14 @@ class Campaign:
             self.close()
 
     def measure_fill(self, buckets_: list[Bucket], tuned: dict[tuple, Any], run: str,
-                     earlier: Mapping[tuple, tuple] | None = None) -> list[FillMeasure]:
+                     earlier: Mapping[tuple, tuple] | None = None,
+                     pending: Mapping[tuple, Any] | None = None) -> list[FillMeasure]:
         """The measure step of the fill on the untuned buckets (:func:`opgen.measure_fill.measure_fill`,
-        keeping the ``earlier`` runs that hold every candidate); the workers are closed again afterwards."""
+        keeping the ``earlier`` runs that hold every candidate, with the ``pending`` winners as
+        candidates); the workers are closed again afterwards."""
         try:
             return measure_fill_mod.measure_fill(self.spec, self.profile, buckets_, tuned, run, self.check,
-                                                 self.side_by_side, self.sink, earlier)
+                                                 self.side_by_side, self.sink, earlier, pending)
         finally:
             self.close()
 

@@ -119,6 +119,43 @@ def test_without_a_current_measure_the_nearest_fill_serves(setup, gla, hashes, m
     assert (row.measured, row.source, table.measured) == (None, large.key, 0)
 
 
+def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_step(setup, gla, hashes):
+    """A winner on a measured bucket whose search never ran the point measured fastest there (a
+    search over some variants alone) is no tuned row: the bucket keeps its measured fill, and the
+    winner's point is a candidate, which a later run on the bucket may find fastest."""
+    from opgen.hardware import profile
+    from opgen.measure_fill import measure_fill
+    from opgen.plan import buckets
+
+    path, small, large, case, target = setup
+    measured = [_measure(target, case, small, 0.10), _measure(target, case, large, 0.20)]
+    narrow = _winner(gla, "post_general_tiled", point={**POINT, "BV": 128}, median=0.09, **{**case, "K": 256})
+    assert narrow.key == target
+    _write(path, [small, large, *measured, narrow])
+    fresh = tables.fresh_winners(gla, CHIP, path, hashes)
+    assert target not in fresh and tables.pending_winners(gla, CHIP, path, tables.read_keyed(gla, CHIP, path).records, hashes) == {
+        target: narrow}
+    row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
+    assert (row.variant, row.point["BV"], row.source) == (small.variant, 64, small.key)
+    # the measure step measures the bucket again, the pending point among its candidates
+    sunk = []
+    measure_fill(gla, profile("h200"), buckets(gla, [case]), fresh, "b", lambda points, bucket: {p: "" for p in points},
+                 lambda points, bucket: {p: 0.05 if p.config["BV"] == 128 else 0.1 for p in points},
+                 lambda kind, rec: sunk.append(records.MeasureRecord(
+                     op=OP, chip="h200", toolchain=TOOLS, kernel_hash=hashes[rec["variant"]], date="2026-12-02",
+                     **{k: tuple(v) if k == "key" else v for k, v in rec.items()})),
+                 pending={target: narrow})
+    assert {(r.variant, r.point["BV"]) for r in sunk} >= {(narrow.variant, 128), (small.variant, 64)}
+    _write(path, [small, large, *measured, narrow, *sunk])
+    row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
+    assert (row.variant, row.point["BV"], row.source, row.measured.ms) == (narrow.variant, 128, target, 0.05)
+    # a search that faced the measured choice (a side-by-side re-measure of it) is a tuned row
+    _write(path, [small, large, *measured, dataclasses.replace(narrow, remeasured_ms={
+        **narrow.remeasured_ms, "post_general_tiled:" + ",".join(f"{k}={v}" for k, v in small.point.items()): 0.1})])
+    assert tables.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
+    assert tables.pending_winners(gla, CHIP, path, tables.read_keyed(gla, CHIP, path).records, hashes) == {}
+
+
 def _default_measure(gla, target, case, ms, hashes, **change):
     from opgen.space import default_point
 
