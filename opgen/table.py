@@ -112,6 +112,7 @@ class FrozenTable:
     measured: int = 0  # of the filled rows, those filled from measurements on their bucket
     kept: tuple[Key, ...] = ()  # untuned buckets left to the spec's default, measured fastest there (key order)
     pending: tuple[Key, ...] = ()  # measured buckets whose winner waits for the measure step (key order)
+    defaulted: int = 0  # unmeasured buckets left to the spec's default by a nearer kept bucket
 
 
 def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
@@ -262,13 +263,16 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     by_measure = fill_measured(spec, chip, fresh, records.records, kernel_hashes, pending) if fill \
         else MeasuredFill([], {})
     filled = filled_rows(spec, chip, fresh, by_measure) if fill else []
+    sources = {**fresh, **stand_ins(by_measure.rows)}
+    defaulted = sum(1 for _, src in _nearest_sources(spec, chip, sources, None, frozenset(by_measure.kept))
+                    if src not in sources) if fill else 0
     measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
     return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(by_measure.kept),
-                       tuple(sorted(pending, key=sort_key)))
+                       tuple(sorted(pending, key=sort_key)), defaulted)
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],

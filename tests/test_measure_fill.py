@@ -186,7 +186,12 @@ def test_a_bucket_where_the_default_ran_fastest_keeps_it(setup, gla, hashes, def
     if kept:
         assert above not in _filled(table) and tables.default_source(gla, CHIP, table, above) == target
         assert tables.default_source(gla, CHIP, table, target) is None  # kept itself, no neighbour's
+        # the table counts the buckets the kept one leaves to the default, each of them without a row
+        assert table.defaulted >= 1 and table.defaulted == sum(
+            1 for key in itertools.product(*(range(n) for n in (6, 7, 4)))
+            if tables.default_source(gla, CHIP, table, target[:4] + key) is not None)
     else:
+        assert table.defaulted == 0
         assert _filled(table)[above].source == target
     below = small.key[:6] + (target[6] + 1,)
     assert below != small.key and _filled(table)[below].source == small.key

@@ -7,8 +7,9 @@
 
 24 tuned rows (24 distinct configs), 1756 more bucket combinations filled: 47 with the tuned point
 measured fastest there, the others from the nearest tuned bucket (as 269 ranges), 24 more left to
-the spec's default, measured fastest there, 0 stale records not frozen; measured buckets whose
-winner's search never ran the point measured fastest there, left to the measure step: 1.
+the spec's default, measured fastest there (and 744 unmeasured ones nearer to such a bucket than
+to any row), 0 stale records not frozen; measured buckets whose winner's search never ran the
+point measured fastest there, left to the measure step: 1.
 Cross-check: 23 of 24 tuned rows checked against their leave-one-out fill; worst loss 32.3% at
 ('float16', 64, False, False, 1, 1, 1) (margin 10%): FLAGGED. Over the margin (7 rows):
 ('float16', 64, False, False, 1, 1, 1) 32.3%, ('bfloat16', 64, False, False, 4, 1, 1) 28.9%,
