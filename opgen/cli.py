@@ -111,13 +111,16 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .dry_run import dry_run_table
     from .plan import buckets, plan, rival_plans
     from .settings import Settings
-    from .errors import UnsupportedInput
+    from .errors import UnsupportedInput, UsageError
     from .hardware import profile
     from .kernels import stale_kernels
     from .records import record_path
     from .shard import parse_shard, run_shards, shard_plans
     from .storage import is_postgres, storage_errors
 
+    if not 0.0 <= args.drop_below <= 1.0 or args.drop_after < 1:
+        raise UsageError(f"--drop-below takes a share of the fastest speed in [0, 1] (got {args.drop_below}) and "
+                         f"--drop-after a count of buckets of at least 1 (got {args.drop_after})")
     root = _root(args)
     spec = _op_spec(root, args.op)
     chip = profile(args.chip)
@@ -187,7 +190,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 _pull(storage, path, spec.op, chip.name)
             print(cross_report(spec, checks, args.cross_margin))
         if args.measure_fill:
-            from .measure_fill import candidates, earlier_runs, fill_report, run_name
+            from .measure_fill import (FILL_HEADER, bucket_report, candidates, earlier_runs, outrun, outrun_line,
+                                       run_name)
             from .table import fresh_winners, pending_winners, read_keyed
 
             if shared:  # the winners of every host
@@ -196,9 +200,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             held = read_keyed(spec, chip, path).records if path.exists() else ()
             pending = pending_winners(spec, chip, path, held, campaign.config.kernel_hash)
             found = buckets(spec, rows)
-            run = run_name(date, candidates(spec, chip, {**pending, **tuned}), found)
-            earlier = {} if args.remeasure else earlier_runs(held, campaign.config.kernel_hash)
-            print(fill_report(spec, campaign.measure_fill(found, tuned, run, earlier, pending)))
+            pool = candidates(spec, chip, {**pending, **tuned})
+            measured = earlier_runs(held, campaign.config.kernel_hash)
+            left_out = outrun(spec, chip, pool, measured, args.drop_below, args.drop_after)
+            run = run_name(date, [(k, p) for k, p in pool if p not in {o.point for o in left_out}], found)
+            print(FILL_HEADER, flush=True)  # then each bucket as it is measured: a run cut short shows where it was
+            for o in left_out:
+                print(outrun_line(o), flush=True)
+            results = campaign.measure_fill(found, tuned, run, {} if args.remeasure else measured, pending, left_out,
+                                            lambda r: print(bucket_report(spec, r), flush=True))
+            if not results:
+                print("no untuned bucket in the case set, or no tuned winner legal there")
             if shared:
                 _pull(storage, path, spec.op, chip.name)
             print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
@@ -497,6 +509,11 @@ def main(argv: list[str] | None = None) -> int:
                              "is kept, so a cut run resumes")
     tune_p.add_argument("--remeasure", action="store_true",
                         help="with --measure-fill: measure every bucket again, even one an earlier run covers")
+    tune_p.add_argument("--drop-below", type=float, default=0.95,
+                        help="with --measure-fill: leave out a candidate that ran under this share of the fastest "
+                             "one's speed on every bucket the records measured it on (0: keep every candidate)")
+    tune_p.add_argument("--drop-after", type=int, default=5,
+                        help="with --measure-fill: ... once it was measured on this many buckets or more")
     tune_p.add_argument("--tie-margin", type=float, default=Settings.tie_margin,
                         help="relative gap under which two times of the side-by-side tie (then the smaller "
                              "on-chip estimate wins, then the point's name)")

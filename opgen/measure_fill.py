@@ -5,7 +5,8 @@ bucket where it may stand for the whole bucket, as Helion's ahead-of-time "measu
 beside the spec's default for the bucket; one ``measure`` record per point and bucket, and a
 bucket an earlier run already covers is kept. The build then fills each such bucket with the
 point that ran fastest there, or leaves it to the default where that ran fastest
-(:func:`opgen.table.fill_measured`).
+(:func:`opgen.table.fill_measured`). A candidate that never came near the fastest on enough
+measured buckets is left out of the others (:func:`outrun`).
 
 Uses ``table``, ``records``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
 """
@@ -36,6 +37,7 @@ class FillMeasure:
     key: Key
     times: tuple[tuple[str, Point, float, str], ...]  # (source, point, ms, reason)
     earlier: str = ""
+    seconds: tuple[float, float] = (0.0, 0.0)  # spent compiling and checking, then timing
 
 
 def earlier_runs(records: Iterable[Record], kernel_hashes: Mapping[str, str]) -> dict[Key, tuple[MeasureRecord, ...]]:
@@ -54,6 +56,52 @@ def candidates(spec: OpSpec, profile: ChipProfile, tuned: Mapping[Key, Any]) -> 
     return [(key, point) for point, key in out.items()]
 
 
+@dataclass(frozen=True)
+class Outrun:
+    """A candidate the measure step leaves out: measured on ``buckets`` buckets of the current
+    kernels, it ran at most ``best`` of the fastest candidate's speed on any of them."""
+
+    key: Key
+    point: Point
+    buckets: int
+    best: float
+
+
+def outrun(spec: OpSpec, profile: ChipProfile, pool: list[tuple[Key, Point]],
+           runs: Mapping[Key, tuple[MeasureRecord, ...]], below: float, after: int) -> list[Outrun]:
+    """The candidates of ``pool`` that ran under ``below`` of the fastest candidate's speed on every
+    bucket of ``runs`` (:func:`earlier_runs`) where they were measured, on ``after`` buckets or more
+    (a failure counts as 0): successive halving across buckets, since a point that never came
+    near on that many shapes is not worth its compiles on the next. ``below`` 0 leaves none out."""
+    from .space import case_inputs, evaluate_params
+
+    if below <= 0:
+        return []
+    ratios: dict[Point, list[float]] = {p: [] for _, p in pool}
+    for recs in runs.values():
+        ran = [r.ms for r in recs if r.ms is not None]
+        if not ran:
+            continue
+        fastest = min(ran)
+        times = {point_id(r.variant, r.point): r.ms for r in recs}
+        params = evaluate_params(spec, case_inputs(spec, recs[0].case))
+        for _, point in pool:
+            moved = carried_point_at(spec, profile, point, params)
+            if moved is not None and moved.ident in times:
+                ms = times[moved.ident]
+                ratios[point].append(0.0 if ms is None else fastest / ms)
+    return [Outrun(key, point, len(ratios[point]), max(ratios[point]))
+            for key, point in pool if len(ratios[point]) >= after and max(ratios[point]) < below]
+
+
+def carried_point_at(spec: OpSpec, profile: ChipProfile, point: Point, params: Mapping[str, Any]) -> Point | None:
+    """``point`` carried to one shape (:func:`opgen.space.carried`), or None where it is not legal there."""
+    from .space import carried
+
+    config = carried(spec, point.variant, point.config, params)
+    return None if config is None else Point.of(point.variant, config, spec.tunables_for(profile.backend))
+
+
 def run_name(date: str, pool: list[tuple[Key, Point]], buckets_: list[Bucket]) -> str:
     """A run's name: its date and a digest of its candidates and cases."""
     text = json.dumps([[p.name() for _, p in pool], [b.cases for b in buckets_]], sort_keys=True, default=repr)
@@ -65,7 +113,8 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
                  again: Callable[[list[Point], Bucket], dict[Point, float]],
                  sink: Callable[[str, dict[str, Any]], None],
                  earlier: Mapping[Key, tuple[MeasureRecord, ...]] | None = None,
-                 pending: Mapping[Key, Any] | None = None) -> list[FillMeasure]:
+                 pending: Mapping[Key, Any] | None = None, left_out: Iterable[Outrun] = (),
+                 done: Callable[[FillMeasure], None] | None = None) -> list[FillMeasure]:
     """On each bucket of ``buckets_`` that no winner holds, every candidate carried to the bucket
     (:func:`carried_point`: legal there and within budget on every case of the bucket), and the
     spec's default at the bucket's first case where it is no candidate's point and fits every
@@ -76,8 +125,12 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
     ``earlier`` run (:func:`earlier_runs`) measured every candidate of now on its first case is
     kept as it is: nothing is run or recorded there, so a measure step cut short resumes. The
     ``pending`` winners (:func:`opgen.table.pending_winners`) are candidates too, and their keys
-    are measured as untuned ones."""
+    are measured as untuned ones. The points of ``left_out`` (:func:`outrun`) are measured on the
+    bucket they won alone. ``done`` is given each bucket's result as soon as it has one."""
+    import time
+
     sources = {**(pending or {}), **tuned}
+    out_of = {o.point for o in left_out}
     pool = candidates(spec, profile, sources)
     out = []
     for bucket in buckets_:
@@ -85,6 +138,9 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
             continue
         here: list[tuple[str, str, Point]] = []
         for k, p in pool:
+            if p in out_of and not any(bucket.key == held for held, w in sources.items()
+                                       if Point.of(w.variant, w.point, spec.tunables_for(profile.backend)) == p):
+                continue
             point = carried_point(spec, profile, p, bucket)
             if point is not None and all(point != q for _, _, q in here):
                 here.append((f"winner of {k!r}", sources[k].study, point))
@@ -96,10 +152,15 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
         kept = _kept(spec, profile, bucket, here, (earlier or {}).get(bucket.key, ()))
         if kept is not None:
             out.append(kept)
+            if done is not None:
+                done(kept)
             continue
+        start = time.monotonic()
         failed = check([p for _, _, p in here], bucket)
         passed = [p for _, _, p in here if not failed[p]]
+        checked = time.monotonic()
         times = again(passed, bucket) if passed else {}
+        timed = time.monotonic()
         rows = []
         for source, study, point in here:
             ms = times.get(point, math.inf)
@@ -108,7 +169,10 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
                                  point=point.config, study=study, ms=ms if math.isfinite(ms) else None,
                                  source=source, run=run, reason=reason))
             rows.append((source, point, ms, reason))
-        out.append(FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0])))))
+        out.append(FillMeasure(bucket.key, tuple(sorted(rows, key=lambda t: (t[2], t[0]))),
+                               seconds=(checked - start, timed - checked)))
+        if done is not None:
+            done(out[-1])
     return out
 
 
@@ -130,13 +194,11 @@ def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Buck
     variant fixes evaluated at the bucket's first case), if it may stand for the bucket from each
     of its cases (:func:`opgen.table.serves_bucket`: legal and within budget there and on the
     bucket's largest shape); None otherwise."""
-    from .space import carried
     from .table import serves_bucket
 
-    config = carried(spec, point.variant, point.config, bucket.params[0])
-    if config is None:
+    moved = carried_point_at(spec, profile, point, bucket.params[0])
+    if moved is None:
         return None
-    moved = Point.of(point.variant, config, spec.tunables_for(profile.backend))
     return moved if all(serves_bucket(spec, profile, moved.variant, moved.config, case)
                         for case in bucket.cases) else None
 
@@ -152,13 +214,21 @@ def _default_here(spec: OpSpec, profile: ChipProfile, bucket: Bucket) -> Point |
                         for params in bucket.params) else None
 
 
-def fill_report(spec: OpSpec, results: list[FillMeasure]) -> str:
-    """Per measured bucket (named by the shapes it stands for): each candidate's time, fastest first."""
-    lines = [f"{'ms':>11}  candidate (the build fills each bucket with the fastest)"]
-    for r in results:
-        lines.append(f"{key_text(spec, r.key)}:" + (f" (measured in run {r.earlier}, kept)" if r.earlier else ""))
-        lines.extend(f"  {ms:>9.4f}  {source}: {point.name()}" + (f" ({reason.splitlines()[0][:160]})" if reason else "")
-                     for source, point, ms, reason in r.times)
-    if not results:
-        lines.append("no untuned bucket in the case set, or no tuned winner legal there")
+FILL_HEADER = f"{'ms':>11}  candidate (the build fills each bucket with the fastest)"
+
+
+def bucket_report(spec: OpSpec, r: FillMeasure) -> str:
+    """One bucket's result for a person: its shapes, how it was measured (or kept), each
+    candidate's time, fastest first."""
+    how = (f" (measured in run {r.earlier}, kept)" if r.earlier else
+           f" (checked in {r.seconds[0]:.0f} s, timed in {r.seconds[1]:.0f} s)")
+    lines = [f"{key_text(spec, r.key)}:{how}"]
+    lines.extend(f"  {ms:>9.4f}  {source}: {point.name()}" + (f" ({reason.splitlines()[0][:160]})" if reason else "")
+                 for source, point, ms, reason in r.times)
     return "\n".join(lines)
+
+
+def outrun_line(o: Outrun) -> str:
+    """A candidate left out (:func:`outrun`), for a person."""
+    return (f"left out (measured on the bucket it won alone): winner of {o.key!r}: {o.point.name()}, at most "
+            f"{o.best:.3f} of the fastest's speed on {o.buckets} measured buckets")

@@ -169,13 +169,16 @@ class Campaign:
 
     def measure_fill(self, buckets_: list[Bucket], tuned: dict[tuple, Any], run: str,
                      earlier: Mapping[tuple, tuple] | None = None,
-                     pending: Mapping[tuple, Any] | None = None) -> list[FillMeasure]:
+                     pending: Mapping[tuple, Any] | None = None,
+                     left_out: Iterable[measure_fill_mod.Outrun] = (),
+                     done: Callable[[FillMeasure], None] | None = None) -> list[FillMeasure]:
         """The measure step of the fill on the untuned buckets (:func:`opgen.measure_fill.measure_fill`,
         keeping the ``earlier`` runs that hold every candidate, with the ``pending`` winners as
-        candidates); the workers are closed again afterwards."""
+        candidates and the ``left_out`` ones on their own bucket alone, ``done`` given each bucket's
+        result as it comes); the workers are closed again afterwards."""
         try:
             return measure_fill_mod.measure_fill(self.spec, self.profile, buckets_, tuned, run, self.check,
-                                                 self.side_by_side, self.sink, earlier, pending)
+                                                 self.side_by_side, self.sink, earlier, pending, left_out, done)
         finally:
             self.close()
 

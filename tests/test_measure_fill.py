@@ -156,6 +156,48 @@ def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_ste
     assert tables.pending_winners(gla, CHIP, path, tables.read_keyed(gla, CHIP, path).records, hashes) == {}
 
 
+def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup, gla, hashes):
+    """Successive halving across buckets: a candidate that ran under the share of the fastest's
+    speed on every bucket it was measured on, on enough of them, is measured on its own bucket
+    alone; one that came near once, or was measured on too few, stays."""
+    from opgen.hardware import profile
+    from opgen.measure_fill import candidates, measure_fill, outrun
+    from opgen.plan import buckets
+    from opgen.space import Point
+
+    path, small, large, case, target = setup
+    chip = profile("h200")
+    pool = candidates(gla, chip, {small.key: small, large.key: large})
+    shapes = [{**case, "T": t} for t in (512, 4096, 40000)]  # three tasks buckets of the target's K and V
+    keys = [tables.key_of(gla, tables._params(gla, c, "test")) for c in shapes]
+    assert len(set(keys)) == 3
+    runs = {k: (_measure(k, c, small, 0.10), _measure(k, c, large, 0.20)) for k, c in zip(keys, shapes)}
+    out = outrun(gla, chip, pool, runs, 0.95, 3)
+    assert [(o.key, o.point.variant, o.buckets, o.best) for o in out] == [(large.key, large.variant, 3, 0.5)]
+    assert outrun(gla, chip, pool, runs, 0.95, 4) == []  # measured on too few buckets
+    assert outrun(gla, chip, pool, runs, 0.0, 1) == []  # 0 keeps every candidate
+    near = {**runs, keys[0]: (_measure(keys[0], shapes[0], small, 0.10), _measure(keys[0], shapes[0], large, 0.104))}
+    assert outrun(gla, chip, pool, near, 0.95, 3) == []  # came within 5% once
+    failed = {**runs, keys[0]: (_measure(keys[0], shapes[0], small, 0.10), _measure(keys[0], shapes[0], large, None))}
+    assert [o.best for o in outrun(gla, chip, pool, failed, 0.95, 3)] == [0.5]  # a failure counts as 0
+    # the measure step leaves it out of another bucket, not out of the bucket it won
+    measured = []
+    found = buckets(gla, [case, large.case])
+    measure_fill(gla, chip, found, {small.key: small}, "run", lambda points, bucket: {p: "" for p in points},
+                 lambda points, bucket: {p: 0.1 for p in points}, lambda kind, rec: measured.append(rec),
+                 pending={large.key: large}, left_out=out)
+    ran = {(tuple(r["key"]), r["variant"]) for r in measured}
+    assert (target, large.variant) not in ran and (target, small.variant) in ran
+    assert (large.key, large.variant) in ran
+    assert Point.of(large.variant, large.point, gla.tunables_for("cuda")) == out[0].point
+
+
+def test_tune_refuses_a_drop_share_outside_0_1(tmp_path):
+    proc = _opgen(tmp_path, "tune", "toy_op", "--chip", "interpreter", "--trials", "0",
+                  "--measure-fill", "--drop-below", "1.5", check=False)
+    assert proc.returncode != 0 and "--drop-below takes a share of the fastest speed in [0, 1] (got 1.5)" in proc.stderr
+
+
 def _default_measure(gla, target, case, ms, hashes, **change):
     from opgen.space import default_point
 
@@ -257,7 +299,7 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     failed = [m for m in measures if m["variant"] == "wrong"]
     assert len(failed) == 1 and failed[0]["ms"] is None and failed[0]["reason"].startswith("wrong_result: ")
     assert all(m["ms"] > 0 and m["reason"] == "" for m in measures if m["variant"] == "good")
-    assert "N > 4096:" in out and "(wrong_result: " in out and "spec default: good:BLOCK=16" in out
+    assert "N > 4096: (checked in " in out and "(wrong_result: " in out and "spec default: good:BLOCK=16" in out
     # run again: the bucket's run holds every candidate, so it is kept (a cut run resumes there)
     again = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
                    "--measure-fill", *common).stdout
