@@ -2,7 +2,8 @@
 
 Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is stale),
 ``cases`` (draw the case sets of a spec's ``sampling`` section into their file),
-``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only),
+``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only, or with
+``--trials 0 --measure-fill`` what the measure step would compile and time),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
 records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
 (a markdown page with plots of an op on a chip, from the committed files), ``schema``
@@ -16,11 +17,16 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .errors import OpgenError
 from .shard import FROM_STDIN
 from .settings import Settings
 from .storage import HEARTBEAT_SECONDS
+
+if TYPE_CHECKING:
+    from .hardware import ChipProfile
+    from .spec import OpSpec
 
 
 def _find_root(start: Path) -> Path:
@@ -102,6 +108,28 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[str, Any]],
+                  args: argparse.Namespace) -> str:
+    """``opgen tune --trials 0 --measure-fill --dry-run``: what the measure step would run, from the
+    records and kernels here (:func:`opgen.measure_fill.measure_plan`), on no device."""
+    from .kernels import kernel_hashes
+    from .measure_fill import candidates, earlier_runs, measure_plan, outrun, outrun_line
+    from .plan import buckets
+    from .records import record_path
+    from .table import pending_winners, read_keyed, split_winners
+
+    path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
+    hashes = kernel_hashes(root, spec, chip.rendering)
+    held = read_keyed(spec, chip, path).records if path.exists() else ()
+    tuned = split_winners(spec, chip, path, held, hashes)[0]
+    pending = pending_winners(spec, chip, path, held, hashes)
+    measured = {} if args.remeasure else earlier_runs(held, hashes)
+    left_out = outrun(spec, chip, candidates(spec, chip, {**pending, **tuned}), earlier_runs(held, hashes),
+                      args.drop_below, args.drop_after)
+    return "\n".join([*(outrun_line(o) for o in left_out),
+                      measure_plan(spec, chip, buckets(spec, rows), tuned, measured, pending, left_out)])
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
@@ -129,6 +157,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     plans = plan(spec, chip, rows, variants)
     if args.shard:
         plans = shard_plans(plans, *parse_shard(args.shard), cap=args.trials)
+    if args.dry_run and args.measure_fill and args.trials == 0:
+        print(_measure_plan(root, spec, chip, rows, args))
+        return 0
     if args.dry_run:
         print(dry_run_table(spec, chip, plans))
         return 0
@@ -483,7 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--cases", default="bench", help="case set of the spec (default: bench)")
     tune_p.add_argument("--variants", help="comma-separated variant names (default: all legal)")
     tune_p.add_argument("--device", help="torch device (default: cuda:0, npu:0 or cpu)")
-    tune_p.add_argument("--dry-run", action="store_true", help="print the search space and exit")
+    tune_p.add_argument("--dry-run", action="store_true",
+                        help="print the search space and exit (with --trials 0 --measure-fill: the buckets the "
+                             "measure step would measure, their candidates, and those an earlier run keeps)")
     tune_p.add_argument("--storage", help="optuna storage: RDB URL or journal file (default .tune/)")
     tune_p.add_argument("--trials", type=int, default=40, help="measured points per study at most (0: no search)")
     tune_p.add_argument("--study-seconds", type=float, default=900.0)

@@ -108,6 +108,57 @@ def run_name(date: str, pool: list[tuple[Key, Point]], buckets_: list[Bucket]) -
     return f"{date}/{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
+def bucket_candidates(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tuned: Mapping[Key, Any],
+                      pending: Mapping[Key, Any] | None = None, left_out: Iterable[Outrun] = ()
+                      ) -> list[tuple[Bucket, list[tuple[str, str, Point]]]]:
+    """What the measure step (:func:`measure_fill`) runs on each untuned bucket of ``buckets_``:
+    (source, study, point) per candidate carried there, then the spec's default where it is no
+    candidate's point; buckets with none are left out."""
+    sources = {**(pending or {}), **tuned}
+    tunables = spec.tunables_for(profile.backend)
+    won = {Point.of(w.variant, w.point, tunables): key for key, w in sources.items()}
+    out_of = {o.point for o in left_out}
+    pool = candidates(spec, profile, sources)
+    out = []
+    for bucket in buckets_:
+        if bucket.key in tuned:
+            continue
+        here: list[tuple[str, str, Point]] = []
+        for k, p in pool:
+            if p in out_of and not any(key == bucket.key for q, key in won.items() if q == p):
+                continue
+            point = carried_point(spec, profile, p, bucket)
+            if point is not None and all(point != q for _, _, q in here):
+                here.append((f"winner of {k!r}", sources[k].study, point))
+        default = _default_here(spec, profile, bucket)
+        if default is not None and all(p != default for _, _, p in here):
+            here.append((DEFAULT_SOURCE, "", default))
+        if here:
+            out.append((bucket, here))
+    return out
+
+
+def measure_plan(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tuned: Mapping[Key, Any],
+                 earlier: Mapping[Key, tuple[MeasureRecord, ...]], pending: Mapping[Key, Any] | None = None,
+                 left_out: Iterable[Outrun] = ()) -> str:
+    """What ``opgen tune --measure-fill --dry-run`` prints: per untuned bucket, the candidates a
+    measure step would compile, check and time there, or that an earlier run keeps it; then the
+    totals (the compiles are per candidate and case), to plan a device's time by."""
+    lines, kept, measured, points, tasks = [], 0, 0, 0, 0
+    for bucket, here in bucket_candidates(spec, profile, buckets_, tuned, pending, left_out):
+        if _kept(spec, profile, bucket, here, earlier.get(bucket.key, ())) is not None:
+            kept += 1
+            lines.append(f"{key_text(spec, bucket.key)}: kept (measured in run {earlier[bucket.key][0].run})")
+            continue
+        measured += 1
+        points += len(here)
+        tasks += len(here) * len(bucket.cases)
+        cases = len(bucket.cases)
+        lines.append(f"{key_text(spec, bucket.key)}: {len(here)} candidates on {cases} case{'s' * (cases != 1)}")
+    lines.append(f"{measured} buckets to measure, {points} candidates, {tasks} compile-and-check tasks; {kept} kept")
+    return "\n".join(lines)
+
+
 def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tuned: Mapping[Key, Any],
                  run: str, check: Callable[[list[Point], Bucket], dict[Point, str]],
                  again: Callable[[list[Point], Bucket], dict[Point, float]],
@@ -129,26 +180,8 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
     bucket they won alone. ``done`` is given each bucket's result as soon as it has one."""
     import time
 
-    sources = {**(pending or {}), **tuned}
-    out_of = {o.point for o in left_out}
-    pool = candidates(spec, profile, sources)
     out = []
-    for bucket in buckets_:
-        if bucket.key in tuned:
-            continue
-        here: list[tuple[str, str, Point]] = []
-        for k, p in pool:
-            if p in out_of and not any(bucket.key == held for held, w in sources.items()
-                                       if Point.of(w.variant, w.point, spec.tunables_for(profile.backend)) == p):
-                continue
-            point = carried_point(spec, profile, p, bucket)
-            if point is not None and all(point != q for _, _, q in here):
-                here.append((f"winner of {k!r}", sources[k].study, point))
-        default = _default_here(spec, profile, bucket)
-        if default is not None and all(p != default for _, _, p in here):
-            here.append((DEFAULT_SOURCE, "", default))
-        if not here:
-            continue
+    for bucket, here in bucket_candidates(spec, profile, buckets_, tuned, pending, left_out):
         kept = _kept(spec, profile, bucket, here, (earlier or {}).get(bucket.key, ()))
         if kept is not None:
             out.append(kept)

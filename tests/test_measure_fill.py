@@ -288,6 +288,11 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
                             error={}, budget=None)
     records.append(root / RECORDS, [records.WinnerRecord(**w) for w in winners.values()])
     common = ("--warmup", "1", "--repeat", "2", "--no-progress", "--point-timeout", "30", "--date", "2026-12-01")
+    plan = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
+                  "--measure-fill", "--dry-run").stdout  # what it would run, run nowhere
+    assert plan.splitlines()[-2:] == ["N > 4096: 3 candidates on 1 case",
+                                      "1 buckets to measure, 3 candidates, 3 compile-and-check tasks; 0 kept"]
+    assert not [r for r in _records(root) if r["kind"] == "measure"]
     out = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
                  "--measure-fill", *common).stdout
     measures = [r for r in _records(root) if r["kind"] == "measure"]
@@ -304,6 +309,8 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     again = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
                    "--measure-fill", *common).stdout
     assert f"N > 4096: (measured in run {measures[0]['run']}, kept)" in again and "(wrong_result: " in again
+    assert _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "far", "--trials", "0",
+                  "--measure-fill", "--dry-run").stdout.splitlines()[-1].startswith("0 buckets to measure")
     assert [r for r in _records(root) if r["kind"] == "measure"] == measures
     # the interpreter's times decide nothing here: the default is set slower, then faster
     lines = (root / RECORDS).read_text().splitlines()
