@@ -116,7 +116,9 @@ def bucket_candidates(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket]
     candidate's point; buckets with none are left out."""
     sources = {**(pending or {}), **tuned}
     tunables = spec.tunables_for(profile.backend)
-    won = {Point.of(w.variant, w.point, tunables): key for key, w in sources.items()}
+    won: dict[Point, set[Key]] = {}  # the keys each point won
+    for key, w in sources.items():
+        won.setdefault(Point.of(w.variant, w.point, tunables), set()).add(key)
     out_of = {o.point for o in left_out}
     pool = candidates(spec, profile, sources)
     out = []
@@ -125,7 +127,7 @@ def bucket_candidates(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket]
             continue
         here: list[tuple[str, str, Point]] = []
         for k, p in pool:
-            if p in out_of and not any(key == bucket.key for q, key in won.items() if q == p):
+            if p in out_of and bucket.key not in won.get(p, ()):
                 continue
             point = carried_point(spec, profile, p, bucket)
             if point is not None and all(point != q for _, _, q in here):

@@ -271,8 +271,8 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
-    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured), tuple(by_measure.kept),
-                       tuple(sorted(pending, key=sort_key)), defaulted)
+    return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured),
+                       tuple(by_measure.kept), tuple(sorted(pending, key=sort_key)), defaulted)
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
@@ -394,7 +394,8 @@ def _in_force(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Rec
             cur = held.get(rec.key)
             mine = point_id(cur.variant, cur.point) if cur is not None else None
             met = faced.get(rec.key, set()) | {point_id(*parse_point_name(n)) for n in rec.remeasured_ms}
-            if cur is None and choice.get(rec.key, ("", "", 0.0))[1] not in met | {"", point_id(rec.variant, rec.point)}:
+            measured_best = choice.get(rec.key, ("", "", 0.0))[1]  # "": no measure run, or none ran
+            if cur is None and measured_best not in met | {"", point_id(rec.variant, rec.point)}:
                 pending[rec.key] = rec
             elif (cur is None or mine == point_id(rec.variant, rec.point) or mine in met
                     or not _current(spec, chip, path, cur, kernel_hashes)):

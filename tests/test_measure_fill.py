@@ -133,8 +133,8 @@ def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_ste
     assert narrow.key == target
     _write(path, [small, large, *measured, narrow])
     fresh = tables.fresh_winners(gla, CHIP, path, hashes)
-    assert target not in fresh and tables.pending_winners(gla, CHIP, path, tables.read_keyed(gla, CHIP, path).records, hashes) == {
-        target: narrow}
+    found = tables.read_keyed(gla, CHIP, path).records
+    assert target not in fresh and tables.pending_winners(gla, CHIP, path, found, hashes) == {target: narrow}
     row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
     assert (row.variant, row.point["BV"], row.source) == (small.variant, 64, small.key)
     # the measure step measures the bucket again, the pending point among its candidates
@@ -182,13 +182,15 @@ def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup,
     assert [o.best for o in outrun(gla, chip, pool, failed, 0.95, 3)] == [0.5]  # a failure counts as 0
     # the measure step leaves it out of another bucket, not out of the bucket it won
     measured = []
-    found = buckets(gla, [case, large.case])
+    twin = _winner(gla, large.variant, point=large.point, K=512, B=1, T=40000)  # the same point won here too
+    assert twin.key != large.key
+    found = buckets(gla, [case, large.case, twin.case])
     measure_fill(gla, chip, found, {small.key: small}, "run", lambda points, bucket: {p: "" for p in points},
                  lambda points, bucket: {p: 0.1 for p in points}, lambda kind, rec: measured.append(rec),
-                 pending={large.key: large}, left_out=out)
+                 pending={large.key: large, twin.key: twin}, left_out=out)
     ran = {(tuple(r["key"]), r["variant"]) for r in measured}
     assert (target, large.variant) not in ran and (target, small.variant) in ran
-    assert (large.key, large.variant) in ran
+    assert (large.key, large.variant) in ran and (twin.key, large.variant) in ran
     assert Point.of(large.variant, large.point, gla.tunables_for("cuda")) == out[0].point
 
 
