@@ -108,26 +108,38 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[str, str],
+                    args: argparse.Namespace) -> tuple[dict, dict, dict, list, list]:
+    """What a measure step starts from, read from the records at ``path``: the tuned and the
+    pending winners, the earlier runs it may keep (none with ``--remeasure``), the candidates it
+    leaves out (``--drop-below``, ``--drop-after``) and the rest of its candidate pool."""
+    from .measure_fill import candidates, earlier_runs, outrun
+    from .table import pending_winners, read_keyed, split_winners
+
+    held = read_keyed(spec, chip, path).records if path.exists() else ()
+    tuned = split_winners(spec, chip, path, held, hashes)[0]
+    pending = pending_winners(spec, chip, path, held, hashes)
+    runs = earlier_runs(held, hashes)
+    pool = candidates(spec, chip, {**pending, **tuned})
+    left_out = outrun(spec, chip, pool, runs, args.drop_below, args.drop_after)
+    kept_pool = [(k, p) for k, p in pool if p not in {o.point for o in left_out}]
+    return tuned, pending, {} if args.remeasure else runs, left_out, kept_pool
+
+
 def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[str, Any]],
                   args: argparse.Namespace) -> str:
     """``opgen tune --trials 0 --measure-fill --dry-run``: what the measure step would run, from the
     records and kernels here (:func:`opgen.measure_fill.measure_plan`), on no device."""
     from .kernels import kernel_hashes
-    from .measure_fill import candidates, earlier_runs, measure_plan, outrun, outrun_line
+    from .measure_fill import measure_plan, outrun_line
     from .plan import buckets
     from .records import record_path
-    from .table import pending_winners, read_keyed, split_winners
 
     path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
-    hashes = kernel_hashes(root, spec, chip.rendering)
-    held = read_keyed(spec, chip, path).records if path.exists() else ()
-    tuned = split_winners(spec, chip, path, held, hashes)[0]
-    pending = pending_winners(spec, chip, path, held, hashes)
-    measured = {} if args.remeasure else earlier_runs(held, hashes)
-    left_out = outrun(spec, chip, candidates(spec, chip, {**pending, **tuned}), earlier_runs(held, hashes),
-                      args.drop_below, args.drop_after)
+    tuned, pending, earlier, left_out, _ = _measure_inputs(spec, chip, path, kernel_hashes(root, spec, chip.rendering),
+                                                           args)
     return "\n".join([*(outrun_line(o) for o in left_out),
-                      measure_plan(spec, chip, buckets(spec, rows), tuned, measured, pending, left_out)])
+                      measure_plan(spec, chip, buckets(spec, rows), tuned, earlier, pending, left_out)])
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -221,24 +233,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 _pull(storage, path, spec.op, chip.name)
             print(cross_report(spec, checks, args.cross_margin))
         if args.measure_fill:
-            from .measure_fill import (FILL_HEADER, bucket_report, candidates, earlier_runs, outrun, outrun_line,
-                                       run_name)
-            from .table import fresh_winners, pending_winners, read_keyed
+            from .measure_fill import FILL_HEADER, bucket_report, outrun_line, run_name
 
             if shared:  # the winners of every host
                 _pull(storage, path, spec.op, chip.name)
-            tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
-            held = read_keyed(spec, chip, path).records if path.exists() else ()
-            pending = pending_winners(spec, chip, path, held, campaign.config.kernel_hash)
+            tuned, pending, earlier, left_out, pool = _measure_inputs(spec, chip, path, campaign.config.kernel_hash,
+                                                                      args)
             found = buckets(spec, rows)
-            pool = candidates(spec, chip, {**pending, **tuned})
-            measured = earlier_runs(held, campaign.config.kernel_hash)
-            left_out = outrun(spec, chip, pool, measured, args.drop_below, args.drop_after)
-            run = run_name(date, [(k, p) for k, p in pool if p not in {o.point for o in left_out}], found)
+            run = run_name(date, pool, found)
             print(FILL_HEADER, flush=True)  # then each bucket as it is measured: a run cut short shows where it was
             for o in left_out:
                 print(outrun_line(o), flush=True)
-            results = campaign.measure_fill(found, tuned, run, {} if args.remeasure else measured, pending, left_out,
+            results = campaign.measure_fill(found, tuned, run, earlier, pending, left_out,
                                             lambda r: print(bucket_report(spec, r), flush=True))
             if not results:
                 print("no untuned bucket in the case set, or no tuned winner legal there")
@@ -546,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --measure-fill: leave out a candidate that ran under this share of the fastest "
                              "one's speed on every bucket the records measured it on (0: keep every candidate)")
     tune_p.add_argument("--drop-after", type=int, default=5,
-                        help="with --measure-fill: ... once it was measured on this many buckets or more")
+                        help="with --measure-fill: the measured buckets a candidate needs before --drop-below "
+                             "may leave it out")
     tune_p.add_argument("--tie-margin", type=float, default=Settings.tie_margin,
                         help="relative gap under which two times of the side-by-side tie (then the smaller "
                              "on-chip estimate wins, then the point's name)")
