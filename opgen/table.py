@@ -210,6 +210,29 @@ def edge_params(spec: OpSpec, case: Mapping[str, Any], where: str) -> dict[str, 
     return _params(spec, case, where, override)
 
 
+def low_params(spec: OpSpec, case: Mapping[str, Any], where: str, key: Key | None = None) -> dict[str, Any]:
+    """The params of ``case`` with each plain-name bucketed key field moved to the smallest value
+    of its bucket in ``key`` (the case's own by default): one past the edge below, or 1 in the
+    first bucket. A variant whose ``when`` is not monotone in that field (a descriptor grid's
+    ``K % 8 == 0``) is illegal there whenever the bucket holds such a shape."""
+    params = _params(spec, case, where)
+    key, fields_ = key or key_of(spec, params), list(spec.dispatch.key.values())
+    override = {}
+    for i, name in _free_fields(spec).items():
+        if name is not None:
+            edges = split_key_field(fields_[i])[1]
+            override[name] = edges[key[i] - 1] + 1 if key[i] > 0 else 1
+    return _params(spec, case, where, override)
+
+
+def legal_across(spec: OpSpec, variant: str, case: Mapping[str, Any], where: str, key: Key | None = None) -> bool:
+    """Whether ``variant`` is legal on the smallest shape of the bucket of ``key`` (the case's
+    by default), beside the shapes the budget checks take (the case, the bucket's largest): a
+    row serves every call of its bucket, and the generated API refuses a choice illegal for the
+    call's shape."""
+    return is_legal(spec, find_variant(spec, variant), low_params(spec, case, where, key))
+
+
 def _upper_edge(edges: Sequence[int], index: int) -> int:
     """The largest value of bucket ``index`` of ``edges``: its upper edge, or one past the last
     edge for the last bucket (the value a fill moves a plain-name field to)."""
@@ -221,10 +244,12 @@ def serves_bucket(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[
     """Whether a point measured on ``case`` may stand for its whole bucket: legal and within
     budget on the case and on the bucket's largest shape (:func:`edge_params`), so that the
     tunables its variant fixes hold across the bucket (vloop's one K tile: 16 columns at K = 16
-    would not cover a K = 32 call of the same bucket)."""
+    would not cover a K = 32 call of the same bucket), and legal on its smallest shape too
+    (:func:`legal_across`)."""
     where = f"bucket of case {dict(case)}"
     return all(point_fits(spec, chip, variant, point, params)
-               for params in (_params(spec, case, where), edge_params(spec, case, where)))
+               for params in (_params(spec, case, where), edge_params(spec, case, where))) \
+        and legal_across(spec, variant, case, where)
 
 
 def comment_of(rec: WinnerRecord) -> str:
@@ -585,10 +610,10 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
     indices, ties to the larger buckets, then key order) whose variant is legal and within budget
     on a representative shape of the target: the source case with each moved plain-name field set
-    to the bucket's upper edge (last edge + 1 past the last), at most the spec's
-    ``dispatch.fill_distance`` away. A key of ``keep`` nearer than any such row stands for the
-    default: the target stays unfilled, as does a key with no such row (both take the spec's
-    default). Each row names its source key.
+    to the bucket's upper edge (last edge + 1 past the last), and legal on the target's smallest
+    shape (:func:`legal_across`), at most the spec's ``dispatch.fill_distance`` away. A key of
+    ``keep`` nearer than any such row stands for the default: the target stays unfilled, as does
+    a key with no such row (both take the spec's default). Each row names its source key.
     """
     tunables = spec.tunables_for(chip.backend)
     return [Row(target, tuned[src].variant, {n: tuned[src].point[n] for n in tunables}, tuned[src], src)
@@ -667,4 +692,5 @@ def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, tar
     unmoved = [i for i in range(len(target)) if not (i in moved and free[i] is None)]
     if any(got[i] != target[i] for i in unmoved):
         return False  # the representative shape lands on another key: it cannot stand for it
-    return fits_case(spec, chip, rec, params)
+    return fits_case(spec, chip, rec, params) and legal_across(spec, rec.variant, rec.case,
+                                                               f"fill of {target} from {src}", target)

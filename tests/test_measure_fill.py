@@ -200,6 +200,24 @@ def test_tune_refuses_a_drop_share_outside_0_1(tmp_path):
     assert proc.returncode != 0 and "--drop-below takes a share of the fastest speed in [0, 1] (got 1.5)" in proc.stderr
 
 
+def test_a_variant_illegal_on_part_of_a_bucket_fills_no_row_there(setup, gla, hashes):
+    """A descriptor grid is legal where K and V are multiples of 8 only: measured fastest on a
+    K = V = 128 case, it may not stand for K in (96, 128], whose K = 97 call it cannot take, so
+    neither the measured nor the nearest fill gives it a row (the generated API would refuse the
+    call); the legal point measured beside it fills the bucket."""
+    path, small, large, case, target = setup
+    tma = _winner(gla, "fold_general_tma", point={**POINT, "num_stages": 1}, K=64, V=64)
+    assert tables.point_fits(gla, CHIP, tma.variant, tma.point, tables._params(gla, tma.case, "test"))
+    assert not tables.legal_across(gla, tma.variant, tma.case, "test")
+    assert tables.low_params(gla, tma.case, "test")["K"] == 33
+    pointer = _measure(target, case, small, 0.10)
+    _write(path, [small, large, tma, _measure(target, case, tma, 0.05), pointer])
+    table = tables.frozen_rows(gla, CHIP, path, hashes)
+    assert {r.variant for r in table.rows if r.source is not None} & {"fold_general_tma"} == set()
+    row = _filled(table)[target]
+    assert (row.variant, row.measured.ms) == (small.variant, 0.10)
+
+
 def _default_measure(gla, target, case, ms, hashes, **change):
     from opgen.space import default_point
 
