@@ -78,7 +78,7 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     starts from the same records); ``shard`` is this process's share."""
     from .backends import get_backend
     from .errors import UnsupportedInput
-    from .table import fill_measured, filled_rows, pending_winners, read_keyed, split_winners
+    from .table import fill_measured, filled_rows, read_keyed, split_winners
 
     opened = open_storage(storage, shard, heartbeat)  # first: a storage in use refuses before the device
     if is_postgres(storage):  # every host seeds its studies from the same records
@@ -97,8 +97,8 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     hashes = kernel_hashes(root, spec, chip.rendering)  # the caller checked the files are these
     found = read_keyed(spec, chip, records_path).records
     earlier = earlier_winners(spec, found)
-    fresh = split_winners(spec, chip, records_path, found, hashes)[0]
-    measured = fill_measured(spec, chip, fresh, found, hashes, pending_winners(spec, chip, records_path, found, hashes))
+    fresh, _, pending = split_winners(spec, chip, records_path, found, hashes)
+    measured = fill_measured(spec, chip, fresh, found, hashes, pending)
     for row in filled_rows(spec, chip, fresh, measured):  # an untuned bucket starts from the row filling it
         earlier.setdefault(row.key, []).append(Point(row.variant, tuple(row.point.items())))
     tunables = spec.tunables_for(chip.backend)

@@ -114,11 +114,10 @@ def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[st
     pending winners, the earlier runs it may keep (none with ``--remeasure``), the candidates it
     leaves out (``--drop-below``, ``--drop-after``) and the rest of its candidate pool."""
     from .measure_fill import candidates, earlier_runs, outrun
-    from .table import pending_winners, read_keyed, split_winners
+    from .table import read_keyed, split_winners
 
     held = read_keyed(spec, chip, path).records if path.exists() else ()
-    tuned = split_winners(spec, chip, path, held, hashes)[0]
-    pending = pending_winners(spec, chip, path, held, hashes)
+    tuned, _, pending = split_winners(spec, chip, path, held, hashes)
     runs = earlier_runs(held, hashes)
     pool = candidates(spec, chip, {**pending, **tuned})
     left_out = outrun(spec, chip, pool, runs, args.drop_below, args.drop_after)

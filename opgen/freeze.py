@@ -188,9 +188,12 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     tuned = len(shown["tuned"])
     how = (f": {table.measured} with the tuned point measured fastest there, the others"
            if table.measured else "")
-    kept = (f"{len(table.kept)} more left to the spec's default, measured fastest there"
-            + (f" (and {table.defaulted} unmeasured ones nearer to such a bucket than to any row)" if table.defaulted
-               else "") + ", " if table.kept else "")
+    kept = ""
+    if table.kept:
+        kept = f"{len(table.kept)} more left to the spec's default, measured fastest there"
+        if table.defaulted:
+            kept += f" (and {table.defaulted} unmeasured ones nearer to such a bucket than to any row)"
+        kept += ", "
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
                f"combinations filled{how} from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
                f"{kept}{len(table.stale)} stale records not frozen"

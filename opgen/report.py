@@ -22,8 +22,7 @@ from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerReco
 from .settings import Settings
 from .spec import OpSpec
 from .space import point_id
-from .table import (checked_frozen_winner, cross_checked, fill_measured, fill_nearest, pending_winners, read_keyed,
-                    split_winners)
+from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -33,8 +32,7 @@ EARLIER_FASTER = 0.05
 def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> str:
     """The records report of ``spec`` on ``chip`` (``kernel_hashes``: variant -> current kernel)."""
     found = read_keyed(spec, chip, path)
-    fresh, old = split_winners(spec, chip, path, found.records, kernel_hashes)
-    pending = pending_winners(spec, chip, path, found.records, kernel_hashes)
+    fresh, old, pending = split_winners(spec, chip, path, found.records, kernel_hashes)
     stale = {s.record.key: s.reason for s in old}
     latest = latest_winners(found.records)
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)

@@ -32,7 +32,7 @@ from .spec import OpSpec
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
            "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits", "default_source",
-           "pending_winners"]
+           "pending_winners", "Winners"]
 
 
 class Row(NamedTuple):
@@ -201,13 +201,7 @@ def edge_params(spec: OpSpec, case: Mapping[str, Any], where: str) -> dict[str, 
     """The params of ``case`` with each plain-name bucketed key field (``K``, ``V``) moved to the
     upper edge of its bucket (one past the last edge in the last bucket): the largest shape of the
     bucket, which a row of the bucket serves too."""
-    params = _params(spec, case, where)
-    key, fields_ = key_of(spec, params), list(spec.dispatch.key.values())
-    override = {}
-    for i, name in _free_fields(spec).items():
-        if name is not None:
-            override[name] = _upper_edge(split_key_field(fields_[i])[1], key[i])
-    return _params(spec, case, where, override)
+    return _bucket_corner(spec, case, where, None, low=False)
 
 
 def low_params(spec: OpSpec, case: Mapping[str, Any], where: str, key: Key | None = None) -> dict[str, Any]:
@@ -215,13 +209,19 @@ def low_params(spec: OpSpec, case: Mapping[str, Any], where: str, key: Key | Non
     of its bucket in ``key`` (the case's own by default): one past the edge below, or 1 in the
     first bucket. A variant whose ``when`` is not monotone in that field (a descriptor grid's
     ``K % 8 == 0``) is illegal there whenever the bucket holds such a shape."""
+    return _bucket_corner(spec, case, where, key, low=True)
+
+
+def _bucket_corner(spec: OpSpec, case: Mapping[str, Any], where: str, key: Key | None, low: bool) -> dict[str, Any]:
+    """The params of ``case`` with each plain-name bucketed key field moved to the smallest
+    (``low``) or largest value of its bucket in ``key`` (the case's own bucket when None)."""
     params = _params(spec, case, where)
     key, fields_ = key or key_of(spec, params), list(spec.dispatch.key.values())
     override = {}
     for i, name in _free_fields(spec).items():
         if name is not None:
             edges = split_key_field(fields_[i])[1]
-            override[name] = edges[key[i] - 1] + 1 if key[i] > 0 else 1
+            override[name] = (edges[key[i] - 1] + 1 if key[i] > 0 else 1) if low else _upper_edge(edges, key[i])
     return _params(spec, case, where, override)
 
 
@@ -281,16 +281,12 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         BudgetError: a fresh winner over the chip's budget.
     """
     records = read_keyed(spec, chip, path)
-    fresh, old = split_winners(spec, chip, path, records.records, kernel_hashes)
+    fresh, old, pending = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
-    pending = pending_winners(spec, chip, path, records.records, kernel_hashes)
     by_measure = fill_measured(spec, chip, fresh, records.records, kernel_hashes, pending) if fill \
         else MeasuredFill([], {})
-    filled = filled_rows(spec, chip, fresh, by_measure) if fill else []
-    sources = {**fresh, **stand_ins(by_measure.rows)}
-    defaulted = sum(1 for _, src in _nearest_sources(spec, chip, sources, None, frozenset(by_measure.kept))
-                    if src not in sources) if fill else 0
+    filled, defaulted = _filled(spec, chip, fresh, by_measure) if fill else ([], 0)
     measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
@@ -376,31 +372,26 @@ def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:
     return tuple(out)
 
 
-def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
-                 kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
-    """Each key's winner in force: the last in file order, except that a winner of another point
-    which never faced the fresh winner in force before it (no trial of that point on the key
-    since, and not among its side-by-side re-measures) leaves that one in force. A campaign cut
-    short, or run without its journal, cannot replace a row with a point it never measured
-    against it. Neither can it replace a measured fill: a key's first winner that never faced
-    the point its key's measure run found fastest waits for the measure step
-    (:func:`pending_winners`)."""
-    return _in_force(spec, chip, path, records, kernel_hashes)[0]
-
-
 def pending_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
                     kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
     """The winners held back from untuned keys the measure step had measured: a search that
     never faced the point measured fastest there (a search over some variants alone, say) found
     the best of what it searched, not the bucket's best. Such a winner, on its current kernel,
-    is one more candidate of the measure step, on its own key too (:func:`fill_measured`)."""
-    return {key: rec for key, rec in _in_force(spec, chip, path, records, kernel_hashes)[1].items()
-            if _current(spec, chip, path, rec, kernel_hashes)}
+    is one more candidate of the measure step, on its own key too (:func:`fill_measured`). The
+    ``pending`` of :func:`split_winners`, which finds it in the same pass as the others."""
+    return split_winners(spec, chip, path, records, kernel_hashes).pending
 
 
-def _in_force(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
-              kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], dict[Key, WinnerRecord]]:
-    """The winners in force (:func:`held_winners`) and those held back (:func:`pending_winners`)."""
+def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
+                 kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], dict[Key, WinnerRecord]]:
+    """Each key's winner in force, and the winners held back for the measure step.
+
+    In force: the last winner in file order, except that a winner of another point which never
+    faced the fresh winner in force before it (no trial of that point on the key since, and not
+    among its side-by-side re-measures) leaves that one in force. A campaign cut short, or run
+    without its journal, cannot replace a row with a point it never measured against it.
+    Neither can it replace a measured fill: a key's first winner that never faced the point its
+    key's measure run found fastest is held back (:func:`pending_winners`)."""
     held: dict[Key, WinnerRecord] = {}
     pending: dict[Key, WinnerRecord] = {}
     faced: dict[Key, set[str]] = {}
@@ -440,13 +431,24 @@ def _current(spec: OpSpec, chip: ChipProfile, path: Path, rec: WinnerRecord,
     return _stale_reason(spec, chip, rec, params, kernel_hashes) is None
 
 
+class Winners(NamedTuple):
+    """What :func:`split_winners` finds: the fresh winners in force, the stale ones (with why),
+    and the winners held back for the measure step (:func:`pending_winners`)."""
+
+    fresh: dict[Key, WinnerRecord]
+    stale: list[StaleWinner]
+    pending: dict[Key, WinnerRecord]
+
+
 def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],
-           kernel_hashes: Mapping[str, str]) -> tuple[dict[Key, WinnerRecord], list[StaleWinner]]:
+                  kernel_hashes: Mapping[str, str]) -> Winners:
     """Each key's winner in force (:func:`held_winners`) among ``records`` (read from ``path``),
-    fresh or stale (with its reason)."""
+    fresh or stale (with its reason), and the winners held back (:func:`pending_winners`), from
+    one pass over the records."""
     fresh: dict[Key, WinnerRecord] = {}
     old: list[StaleWinner] = []
-    for key, rec in held_winners(spec, chip, path, records, kernel_hashes).items():
+    held, pending = held_winners(spec, chip, path, records, kernel_hashes)
+    for key, rec in held.items():
         params = _params(spec, rec.case, _describe(path, rec))
         reason = _stale_reason(spec, chip, rec, params, kernel_hashes)
         if reason is not None:
@@ -458,7 +460,8 @@ def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable
         if not fits:
             raise BudgetError(f"{_describe(path, rec)} exceeds {chip.name}'s budget")
         fresh[key] = rec
-    return fresh, old
+    return Winners(fresh, old, {key: rec for key, rec in pending.items()
+                                if _current(spec, chip, path, rec, kernel_hashes)})
 
 
 def stale(spec: OpSpec, chip: ChipProfile, path: Path,
@@ -553,8 +556,16 @@ def filled_rows(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecor
     """The rows the table fills: the measured buckets (``measured``, :func:`fill_measured`), then
     the nearest fill from the tuned and measured buckets (:func:`fill_nearest`), which leaves the
     buckets kept at the default alone."""
-    return measured.rows + fill_nearest(spec, chip, {**tuned, **stand_ins(measured.rows)},
-                                        keep=frozenset(measured.kept))
+    return _filled(spec, chip, tuned, measured)[0]
+
+
+def _filled(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+            measured: MeasuredFill) -> tuple[list[Row], int]:
+    """:func:`filled_rows`, and how many buckets the nearest fill left to the default because a
+    bucket kept at it is nearer than any row (one pass of the nearest fill for both)."""
+    sources = {**tuned, **stand_ins(measured.rows)}
+    pairs = list(_nearest_sources(spec, chip, sources, None, frozenset(measured.kept)))
+    return measured.rows + _rows_of(spec, chip, sources, pairs), sum(1 for _, src in pairs if src not in sources)
 
 
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
@@ -615,9 +626,16 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     ``keep`` nearer than any such row stands for the default: the target stays unfilled, as does
     a key with no such row (both take the spec's default). Each row names its source key.
     """
+    return _rows_of(spec, chip, tuned, _nearest_sources(spec, chip, tuned, only, keep))
+
+
+def _rows_of(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+             pairs: Iterable[tuple[Key, Key]]) -> list[Row]:
+    """The rows of the nearest fill's (target, source) pairs whose source is a row of ``tuned``
+    (the others leave their target to the default)."""
     tunables = spec.tunables_for(chip.backend)
     return [Row(target, tuned[src].variant, {n: tuned[src].point[n] for n in tunables}, tuned[src], src)
-            for target, src in _nearest_sources(spec, chip, tuned, only, keep) if src in tuned]
+            for target, src in pairs if src in tuned]
 
 
 def default_source(spec: OpSpec, chip: ChipProfile, table: FrozenTable, key: Key) -> Key | None:

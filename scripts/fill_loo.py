@@ -25,8 +25,7 @@ from opgen.keys import sort_key  # noqa: E402
 from opgen.records import latest_measure_runs, record_path  # noqa: E402
 from opgen.space import carried, case_inputs, evaluate_params, point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.table import (fill_measured, leave_one_out_fill, pending_winners, read_keyed, split_winners,  # noqa: E402
-                         stand_ins)
+from opgen.table import fill_measured, leave_one_out_fill, read_keyed, split_winners, stand_ins  # noqa: E402
 
 
 def main() -> int:
@@ -40,8 +39,8 @@ def main() -> int:
     hashes = kernel_hashes(ROOT, spec, chip.rendering)
     path = record_path(ROOT, chip.name, spec.op)
     records = read_keyed(spec, chip, path).records
-    tuned, _ = split_winners(spec, chip, path, records, hashes)
-    measured = fill_measured(spec, chip, tuned, records, hashes, pending_winners(spec, chip, path, records, hashes))
+    tuned, _, pending = split_winners(spec, chip, path, records, hashes)
+    measured = fill_measured(spec, chip, tuned, records, hashes, pending)
     rows = {r.key: r for r in measured.rows}
     runs = latest_measure_runs(records)
     ratios = []
