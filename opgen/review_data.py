@@ -23,9 +23,9 @@ from .explain import explain
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_text
-from .records import TrialRecord, read, record_path
+from .records import TrialRecord, record_path
 from .spec import OpSpec
-from .table import FrozenTable, frozen_rows
+from .table import FrozenTable, frozen_rows, read_keyed
 
 RUNS = Path("benchmarks") / "runs.yaml"
 """The index of the committed benchmark runs and tuning campaigns, per chip and op."""
@@ -258,7 +258,7 @@ def studies_from_records(spec: OpSpec, chip: ChipProfile, path: Path,
     search (trial number >= 0) in file order, one series per study and flush (times of the two
     flushes do not compare). ``current``: the study measured the variant's current kernel."""
     found: dict[tuple[str, str], list[TrialRecord]] = {}
-    for rec in read(path, op=spec.op, chip=chip.name).records:
+    for rec in read_keyed(spec, chip, path).records:  # keyed as the spec buckets their cases now
         if isinstance(rec, TrialRecord) and rec.trial >= 0:
             found.setdefault((rec.study, rec.flush), []).append(rec)
     return [_study(spec, f"{name} ({flush}-flush)", trials, hashes)

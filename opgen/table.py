@@ -18,14 +18,16 @@ import itertools
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from .bucket_shapes import (bucket_corner, case_params as _params, edge_params, free_fields, low_params,
+                            plain_fields)
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .keys import Key, key_of, sort_key, split_key_field
+from .keys import Key, key_of, key_text, sort_key, split_key_field
 from .records import (CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, latest_measure_runs,
                       read)
-from .space import (budget_bytes, case_inputs, find_variant, fixed_values, is_legal, parse_point_name,
+from .space import (budget_bytes, find_variant, fixed_values, is_legal, parse_point_name,
                     point_id)
 from .spec import OpSpec
 
@@ -115,19 +117,6 @@ class FrozenTable:
     defaulted: int = 0  # unmeasured buckets left to the spec's default by a nearer kept bucket
 
 
-def _params(spec: OpSpec, case: Mapping[str, Any], where: str,
-            override: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Params of a case row, with ``override`` replacing inputs or params by name."""
-    override = override or {}
-    try:
-        env = {**case_inputs(spec, case), **override}
-        for name, expr in spec.params.items():
-            env[name] = override[name] if name in override else expr.evaluate(env)
-    except (SpecError, ExprError) as exc:
-        raise RecordError(f"{where}: case {dict(case)} does not evaluate: {exc}") from None
-    return env
-
-
 def _describe(path: Path, rec: WinnerRecord) -> str:
     return f"{path}: winner {rec.variant} for key {rec.key} (study {rec.study!r}, {rec.date})"
 
@@ -197,46 +186,13 @@ def point_fits(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str
     return legal and fits
 
 
-def edge_params(spec: OpSpec, case: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The params of ``case`` with each plain-name bucketed key field (``K``, ``V``) moved to the
-    upper edge of its bucket (one past the last edge in the last bucket): the largest shape of the
-    bucket, which a row of the bucket serves too."""
-    return _bucket_corner(spec, case, where, None, low=False)
-
-
-def low_params(spec: OpSpec, case: Mapping[str, Any], where: str, key: Key | None = None) -> dict[str, Any]:
-    """The params of ``case`` with each plain-name bucketed key field moved to the smallest value
-    of its bucket in ``key`` (the case's own by default): one past the edge below, or 1 in the
-    first bucket. A variant whose ``when`` is not monotone in that field (a descriptor grid's
-    ``K % 8 == 0``) is illegal there whenever the bucket holds such a shape."""
-    return _bucket_corner(spec, case, where, key, low=True)
-
-
-def _bucket_corner(spec: OpSpec, case: Mapping[str, Any], where: str, key: Key | None, low: bool) -> dict[str, Any]:
-    """The params of ``case`` with each plain-name bucketed key field moved to the smallest
-    (``low``) or largest value of its bucket in ``key`` (the case's own bucket when None)."""
-    params = _params(spec, case, where)
-    key, fields_ = key or key_of(spec, params), list(spec.dispatch.key.values())
-    override = {}
-    for i, name in _free_fields(spec).items():
-        if name is not None:
-            edges = split_key_field(fields_[i])[1]
-            override[name] = (edges[key[i] - 1] + 1 if key[i] > 0 else 1) if low else _upper_edge(edges, key[i])
-    return _params(spec, case, where, override)
-
-
 def legal_across(spec: OpSpec, variant: str, case: Mapping[str, Any], where: str, key: Key | None = None) -> bool:
     """Whether ``variant`` is legal on the smallest shape of the bucket of ``key`` (the case's
     by default), beside the shapes the budget checks take (the case, the bucket's largest): a
     row serves every call of its bucket, and the generated API refuses a choice illegal for the
     call's shape."""
-    return is_legal(spec, find_variant(spec, variant), low_params(spec, case, where, key))
-
-
-def _upper_edge(edges: Sequence[int], index: int) -> int:
-    """The largest value of bucket ``index`` of ``edges``: its upper edge, or one past the last
-    edge for the last bucket (the value a fill moves a plain-name field to)."""
-    return edges[index] if index < len(edges) else edges[-1] + 1
+    low = low_params(spec, case, where, key)
+    return low is None or is_legal(spec, find_variant(spec, variant), low)
 
 
 def serves_bucket(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
@@ -457,6 +413,11 @@ def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable
         legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
         if not legal:
             raise RecordError(f"{_describe(path, rec)} is not legal for its case {rec.case}")
+        if not legal_across(spec, rec.variant, rec.case, _describe(path, rec)):
+            low = {n: low_params(spec, rec.case, "")[n] for n in plain_fields(spec).values()}
+            raise RecordError(f"{_describe(path, rec)} is not legal for {low}, a call of its bucket "
+                              f"({key_text(spec, key)}): the dispatch key needs a field that parts "
+                              "the shapes its variant takes from the others")
         if not fits:
             raise BudgetError(f"{_describe(path, rec)} exceeds {chip.name}'s budget")
         fresh[key] = rec
@@ -582,35 +543,6 @@ def _plain_mismatch(bucketed: list[int], src: Key, target: Key) -> int:
 
 
 # --- nearest-bucket fill ---------------------------------------------------------------------
-def _input_deps(spec: OpSpec, names: Iterable[str]) -> set[str]:
-    """The inputs that ``names`` (inputs or params) are computed from."""
-    out: set[str] = set()
-    for name in names:
-        out |= _input_deps(spec, spec.params[name].names) if name in spec.params else {name}
-    return out
-
-
-def _free_fields(spec: OpSpec) -> dict[int, str | None]:
-    """Bucketed key positions that a fill may change: position -> plain name, or None.
-
-    A plain-name field (``K``) is moved to a representative value of the target bucket. Another
-    formula (``B * H * NT``) may change only if one of its inputs is read by no variant's ``when``:
-    the target bucket is then reached through that input, which legality does not see.
-    """
-    when_inputs = _input_deps(spec, {n for options in spec.variants.axes.values()
-                                     for o in options.values() for n in o.when.names})
-    out: dict[int, str | None] = {}
-    for i, field in enumerate(spec.dispatch.key.values()):
-        expr, edges = split_key_field(field)
-        if not edges:
-            continue
-        if expr.names == (expr.source.strip(),):
-            out[i] = expr.names[0]
-        elif _input_deps(spec, expr.names) - when_inputs:
-            out[i] = None
-    return out
-
-
 def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
                  only: Key | None = None, keep: frozenset[Key] = frozenset()) -> list[Row]:
     """Rows for untuned keys that differ from tuned ones only in bucketed fields (with ``only``,
@@ -656,7 +588,7 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
     bucketed = [i for i, f in enumerate(fields_) if split_key_field(f)[1]]
     if not bucketed or not tuned:
         return
-    free = _free_fields(spec)
+    free = free_fields(spec)
     groups: dict[Key, list[Key]] = {}
     for key in (*tuned, *(k for k in keep if k not in tuned)):
         groups.setdefault(tuple(v for i, v in enumerate(key) if i not in bucketed), []).append(key)
@@ -696,19 +628,13 @@ def _nearest(bucketed: list[int], target: Key) -> Callable[[Key], tuple[Any, ...
 
 def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
                bucketed: list[int], free: Mapping[int, str | None]) -> bool:
-    moved = [i for i in bucketed if src[i] != target[i]]
-    if any(i not in free for i in moved):
+    """Whether the source's point may stand for the target bucket: the fields that differ are
+    ones a fill may move (:func:`opgen.bucket_shapes.free_fields`), and the point is legal and
+    within budget on the target's call nearest the source's case, and legal on its smallest."""
+    if any(i not in free for i in bucketed if src[i] != target[i]):
         return False
-    fields_ = list(spec.dispatch.key.values())
-    override = {}
-    for i in moved:
-        name, edges = free[i], split_key_field(fields_[i])[1]
-        if name is not None:
-            override[name] = _upper_edge(edges, target[i])
-    params = _params(spec, rec.case, f"fill of {target} from {src}", override)
-    got = key_of(spec, params)
-    unmoved = [i for i in range(len(target)) if not (i in moved and free[i] is None)]
-    if any(got[i] != target[i] for i in unmoved):
-        return False  # the representative shape lands on another key: it cannot stand for it
-    return fits_case(spec, chip, rec, params) and legal_across(spec, rec.variant, rec.case,
-                                                               f"fill of {target} from {src}", target)
+    where = f"fill of {target} from {src}"
+    params = bucket_corner(spec, rec.case, where, target, "case")
+    if params is None:
+        return False  # no call of the spec lands on the target near the source's case
+    return fits_case(spec, chip, rec, params) and legal_across(spec, rec.variant, rec.case, where, target)

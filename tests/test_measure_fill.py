@@ -83,7 +83,7 @@ def test_the_measured_winner_beats_the_nearest_bucket(setup, gla, hashes):
     assert table.measured == 1 and table.filled == nearest.filled  # one row changed how, none added
     # the measured bucket serves its neighbours as a tuned one would: one tasks bucket up, it is
     # nearer than either winner (the nearest fill took the larger at equal distance before)
-    above = target[:6] + (target[6] + 1,)
+    above = target[:7] + (target[7] + 1,)
     assert _filled(nearest)[above].source == large.key
     assert (_filled(table)[above].source, _filled(table)[above].variant) == (target, small.variant)
     assert _filled(table)[above].measured is None and _filled(table)[above].winner.median_ms == 0.10
@@ -201,21 +201,39 @@ def test_tune_refuses_a_drop_share_outside_0_1(tmp_path):
 
 
 def test_a_variant_illegal_on_part_of_a_bucket_fills_no_row_there(setup, gla, hashes):
-    """A descriptor grid is legal where K and V are multiples of 8 only: measured fastest on a
-    K = V = 128 case, it may not stand for K in (96, 128], whose K = 97 call it cannot take, so
-    neither the measured nor the nearest fill gives it a row (the generated API would refuse the
-    call); the legal point measured beside it fills the bucket."""
+    """A descriptor grid is legal where K and V are multiples of 8 only, which the ``align`` key
+    field parts from the other calls: measured fastest on an aligned bucket, it fills that bucket,
+    and no row of it serves the unaligned bucket beside it (K = 97 there; the generated API would
+    refuse the call), which the nearest legal row fills."""
     path, small, large, case, target = setup
     tma = _winner(gla, "fold_general_tma", point={**POINT, "num_stages": 1}, K=64, V=64)
     assert tables.point_fits(gla, CHIP, tma.variant, tma.point, tables._params(gla, tma.case, "test"))
-    assert not tables.legal_across(gla, tma.variant, tma.case, "test")
-    assert tables.low_params(gla, tma.case, "test")["K"] == 33
+    unaligned = tma.key[:6] + (0,) + tma.key[7:]
+    assert tables.legal_across(gla, tma.variant, tma.case, "test")
+    assert not tables.legal_across(gla, tma.variant, tma.case, "test", unaligned)
+    assert (tables.low_params(gla, tma.case, "test")["K"], tables.low_params(gla, tma.case, "test")["V"]) == (40, 40)
+    assert tables.low_params(gla, tma.case, "test", unaligned)["K"] == 33
     pointer = _measure(target, case, small, 0.10)
     _write(path, [small, large, tma, _measure(target, case, tma, 0.05), pointer])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
-    assert {r.variant for r in table.rows if r.source is not None} & {"fold_general_tma"} == set()
-    row = _filled(table)[target]
-    assert (row.variant, row.measured.ms) == (small.variant, 0.10)
+    filled = _filled(table)
+    assert (filled[target].variant, filled[target].measured.ms) == ("fold_general_tma", 0.05)
+    assert {r.key[6] for r in table.rows if r.variant == "fold_general_tma"} == {1}
+    # the unaligned bucket beside it: small and large are as near, the larger bucket wins the tie
+    assert filled[target[:6] + (0,) + target[7:]].variant == large.variant
+
+
+def test_a_tuned_row_illegal_on_part_of_its_bucket_stops_the_build(tmp_path, gla, hashes):
+    """Without the ``align`` field, a descriptor grid's tuned row would serve K = 33 in its
+    bucket: the build refuses it and says the key needs a field."""
+    key = {k: v for k, v in gla.dispatch.key.items() if k != "align"}
+    coarse = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"key": key})})
+    tma = _winner(gla, "fold_general_tma", point={**POINT, "num_stages": 1}, K=64, V=64)
+    path = _path(tmp_path)
+    _write(path, [tma])
+    assert [r.variant for r in tables.frozen_rows(gla, CHIP, path, hashes, fill=False).rows] == [tma.variant]
+    with pytest.raises(RecordError, match=r"not legal for \{'K': 33, 'V': 33\}, a call of its bucket .*needs a field"):
+        tables.frozen_rows(coarse, CHIP, path, hashes)
 
 
 def _default_measure(gla, target, case, ms, hashes, **change):
@@ -244,18 +262,18 @@ def test_a_bucket_where_the_default_ran_fastest_keeps_it(setup, gla, hashes, def
         assert _filled(table)[target].measured.ms == min(m for m in (small_ms, 0.20) if m is not None)
     # it serves the buckets around it as a filled one would: one tasks bucket up it is nearer than
     # either winner, so that bucket keeps the default too; one K bucket down, small is nearer
-    above = target[:6] + (target[6] + 1,)
+    above = target[:7] + (target[7] + 1,)
     if kept:
         assert above not in _filled(table) and tables.default_source(gla, CHIP, table, above) == target
         assert tables.default_source(gla, CHIP, table, target) is None  # kept itself, no neighbour's
         # the table counts the buckets the kept one leaves to the default, each of them without a row
         assert table.defaulted >= 1 and table.defaulted == sum(
-            1 for key in itertools.product(*(range(n) for n in (6, 7, 4)))
+            1 for key in itertools.product(*(range(n) for n in (6, 7, 2, 4)))
             if tables.default_source(gla, CHIP, table, target[:4] + key) is not None)
     else:
         assert table.defaulted == 0
         assert _filled(table)[above].source == target
-    below = small.key[:6] + (target[6] + 1,)
+    below = small.key[:7] + (target[7] + 1,)
     assert below != small.key and _filled(table)[below].source == small.key
 
 
@@ -452,7 +470,7 @@ def test_a_carried_point_measured_fastest_fills_the_bucket_with_its_own_tunables
     row = _filled(table)[target]
     assert (row.variant, row.point["BK"], row.source, row.measured.ms) == ("post_vloop_tiled", 32, vloop.key, 0.05)
     # its neighbours take the point as measured here, not the winner's K = 64 tile
-    above = target[:6] + (target[6] + 1,)
+    above = target[:7] + (target[7] + 1,)
     assert (_filled(table)[above].source, _filled(table)[above].point["BK"]) == (target, 32)
 
 

@@ -51,7 +51,7 @@ def _winner(spec, variant="post_general_tiled", point=POINT, median=0.1234, date
 
 def _trial(n=0, study="s", status="ok", reason="", op=OP, chip="h200"):
     return records.TrialRecord(
-        op=op, chip=chip, toolchain=TOOLS, kernel_hash="sha256:k", key=("bfloat16", 64, False, False, 2, 2, 1),
+        op=op, chip=chip, toolchain=TOOLS, kernel_hash="sha256:k", key=("bfloat16", 64, False, False, 2, 2, 1, 1),
         case=dict(BASE), variant="post_general_tiled", point=dict(POINT), study=study, date="2026-11-30",
         trial=n, status=status, reason=reason, median_ms=0.5 if status == "ok" else None,
         times_ms=(0.5, 0.51, 0.49) if status == "ok" else (), error={"rel_l2": 1e-3, "ref_rel_l2": None},
@@ -83,7 +83,7 @@ def test_round_trip_and_line_format(gla):
         data = json.loads(line)
         assert data["schema"] == records.SCHEMA and data["kind"] == type(rec).KIND
         assert type(rec).from_json(data) == rec
-    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, 3, 3, 1]
+    assert json.loads(_winner(gla).line())["key"] == ["bfloat16", 64, False, False, 3, 3, 1, 1]
 
 
 def test_compiler_registers_and_spills_are_stored_beside_the_estimate():
@@ -215,9 +215,10 @@ def test_foreign_records_are_refused(tmp_path):
 
 
 def test_key_of_buckets_like_the_generated_code(gla):
-    assert _key(gla, BASE) == ("bfloat16", 64, False, False, 3, 3, 1)
+    assert _key(gla, BASE) == ("bfloat16", 64, False, False, 3, 3, 1, 1)
     assert [keys.bucket_index(k, (32, 64, 128, 256)) for k in (1, 32, 33, 256, 257)] == [0, 0, 1, 3, 4]
-    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 6, 0)  # 4*1*64 tasks
+    assert _key(gla, {**BASE, "H": 1, "K": 48, "V": 512, "chunk_size": 32})[1:] == (32, False, True, 1, 6, 1, 0)  # 4*1*64 tasks
+    assert _key(gla, {**BASE, "V": 100})[6] == 0 and _key(gla, {**BASE, "K": 36})[6] == 0  # not multiples of 8
     assert _key(gla, {**BASE, "scale": 2.0})[2] is True
 
 
@@ -325,11 +326,11 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     _write(path, [small, large, half])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
     filled = _filled(table)
-    assert table.filled == len(filled) == 2 * 168 - 3  # two groups of 6 K x 7 V x 4 tasks buckets
+    assert table.filled == len(filled) == 2 * 336 - 3  # two groups of 6 K x 7 V x 2 align x 4 tasks buckets
     assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=keys.sort_key)
 
     def at(base, **idx):
-        pos = {"K": 4, "V": 5, "tasks": 6}
+        pos = {"K": 4, "V": 5, "align": 6, "tasks": 7}
         key = list(base.key)
         for name, value in idx.items():
             key[pos[name]] = value
@@ -340,6 +341,7 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     assert at(small, K=2).variant == "post_general_tiled"  # 1 from small, 3 from large
     assert at(small, K=5, V=0).variant == "fp32_general_tiled"  # 3 from large, 5 from small
     assert at(small, K=0, tasks=3).variant == "post_general_tiled"  # tasks moves through B, T
+    assert at(small, align=0).source == small.key  # K or V off a multiple of 8: the aligned row next to it
     # Categorical fields never cross: every float16 fill comes from the float16 winner.
     assert {r.variant for k, r in filled.items() if k[0] == "float16"} == {"post_h1_tiled"}
     assert {r.variant for k, r in filled.items() if k[0] == "bfloat16"} == {"post_general_tiled", "fp32_general_tiled"}
@@ -373,16 +375,16 @@ def test_fill_skips_illegal_variants(tmp_path, gla, hashes):
     _write(path, [single])
     filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
     # single needs K <= 64 and V <= 64, and fixes its one tile to pow2(K) x pow2(V): its 64 x 64
-    # point stands only for K and V in (32, 64], across the task buckets
+    # point stands only for K and V in (32, 64], across the task buckets, aligned to 8 or not
     assert filled and all(k[4] == 1 and k[5] == 1 for k in filled)
-    assert len(filled) == 4 - 1
+    assert len(filled) == 2 * 4 - 1
     # With a general winner farther up, a key past single's reach takes the next legal neighbour.
     general = _winner(gla, B=2, T=8192, H=8, K=256, V=64)  # K bucket 4, V bucket 1
     _write(path, [single, general])
     filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
     for v_bucket in (0, 2):  # V <= 32 (single's tile would be 32 wide) and V > 64: single is nearer
         assert filled[single.key[:5] + (v_bucket,) + single.key[6:]].variant == "post_general_tiled"
-    other_tasks = single.key[:6] + ((single.key[6] + 1) % 4,)
+    other_tasks = single.key[:7] + ((single.key[7] + 1) % 4,)
     assert filled[other_tasks].variant == "post_single_tiled"
 
 
