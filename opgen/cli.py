@@ -113,14 +113,14 @@ def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[st
     """What a measure step starts from, read from the records at ``path``: the tuned and the
     pending winners, the earlier runs it may keep (none with ``--remeasure``), the candidates it
     leaves out (``--drop-below``, ``--drop-after``) and the rest of its candidate pool."""
-    from .measure_fill import candidates, earlier_runs, outrun
+    from .measure_fill import candidates, current_measures, earlier_runs, outrun
     from .table import read_keyed, split_winners
 
     held = read_keyed(spec, chip, path).records if path.exists() else ()
     tuned, _, pending = split_winners(spec, chip, path, held, hashes)
     runs = earlier_runs(held, hashes)
     pool = candidates(spec, chip, {**pending, **tuned})
-    left_out = outrun(spec, chip, pool, runs, args.drop_below, args.drop_after)
+    left_out = outrun(spec, chip, pool, current_measures(held, hashes), args.drop_below, args.drop_after)
     kept_pool = [(k, p) for k, p in pool if p not in {o.point for o in left_out}]
     return tuned, pending, {} if args.remeasure else runs, left_out, kept_pool
 

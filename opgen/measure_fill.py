@@ -70,28 +70,47 @@ class Outrun:
 def outrun(spec: OpSpec, profile: ChipProfile, pool: list[tuple[Key, Point]],
            runs: Mapping[Key, tuple[MeasureRecord, ...]], below: float, after: int) -> list[Outrun]:
     """The candidates of ``pool`` that ran under ``below`` of the fastest candidate's speed on every
-    bucket of ``runs`` (:func:`earlier_runs`) where they were measured, on ``after`` buckets or more
-    (a failure counts as 0): successive halving across buckets, since a point that never came
-    near on that many shapes is not worth its compiles on the next. ``below`` 0 leaves none out."""
+    bucket of ``runs`` where they were measured, on ``after`` buckets or more (a failure counts as
+    0): successive halving across buckets, since a point that never came near on that many shapes
+    is not worth its compiles on the next. ``runs`` holds per key its records of one run or more
+    (:func:`current_measures`); a run compares within itself, and a bucket counts its candidate's
+    best share over its runs. ``below`` 0 leaves none out."""
     from .space import case_inputs, evaluate_params
 
     if below <= 0:
         return []
     ratios: dict[Point, list[float]] = {p: [] for _, p in pool}
     for recs in runs.values():
-        ran = [r.ms for r in recs if r.ms is not None]
-        if not ran:
-            continue
-        fastest = min(ran)
-        times = {point_id(r.variant, r.point): r.ms for r in recs}
-        params = evaluate_params(spec, case_inputs(spec, recs[0].case))
-        for _, point in pool:
-            moved = carried_point_at(spec, profile, point, params)
-            if moved is not None and moved.ident in times:
-                ms = times[moved.ident]
-                ratios[point].append(0.0 if ms is None else fastest / ms)
+        best: dict[Point, float] = {}  # per candidate, its best share of the fastest over the key's runs
+        for run in dict.fromkeys(r.run for r in recs):
+            mine = [r for r in recs if r.run == run]
+            ran = [r.ms for r in mine if r.ms is not None]
+            if not ran:
+                continue
+            fastest = min(ran)
+            times = {point_id(r.variant, r.point): r.ms for r in mine}
+            params = evaluate_params(spec, case_inputs(spec, mine[0].case))
+            for _, point in pool:
+                moved = carried_point_at(spec, profile, point, params)
+                if moved is not None and moved.ident in times:
+                    ms = times[moved.ident]
+                    best[point] = max(best.get(point, 0.0), 0.0 if ms is None else fastest / ms)
+        for point, share in best.items():
+            ratios[point].append(share)
     return [Outrun(key, point, len(ratios[point]), max(ratios[point]))
             for key, point in pool if len(ratios[point]) >= after and max(ratios[point]) < below]
+
+
+def current_measures(records: Iterable[Record],
+                     kernel_hashes: Mapping[str, str]) -> dict[Key, tuple[MeasureRecord, ...]]:
+    """Per key, every measure record of a current kernel, of every run: what :func:`outrun`
+    weighs. A later run that left a candidate out takes none of its earlier evidence away, so
+    what one measure step leaves out stays out on the next."""
+    out: dict[Key, list[MeasureRecord]] = {}
+    for rec in records:
+        if isinstance(rec, MeasureRecord) and kernel_hashes.get(rec.variant) == rec.kernel_hash:
+            out.setdefault(rec.key, []).append(rec)
+    return {key: tuple(recs) for key, recs in out.items()}
 
 
 def carried_point_at(spec: OpSpec, profile: ChipProfile, point: Point, params: Mapping[str, Any]) -> Point | None:

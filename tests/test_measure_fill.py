@@ -161,7 +161,7 @@ def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup,
     speed on every bucket it was measured on, on enough of them, is measured on its own bucket
     alone; one that came near once, or was measured on too few, stays."""
     from opgen.hardware import profile
-    from opgen.measure_fill import candidates, measure_fill, outrun
+    from opgen.measure_fill import candidates, current_measures, measure_fill, outrun
     from opgen.plan import buckets
     from opgen.space import Point
 
@@ -180,6 +180,16 @@ def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup,
     assert outrun(gla, chip, pool, near, 0.95, 3) == []  # came within 5% once
     failed = {**runs, keys[0]: (_measure(keys[0], shapes[0], small, 0.10), _measure(keys[0], shapes[0], large, None))}
     assert [o.best for o in outrun(gla, chip, pool, failed, 0.95, 3)] == [0.5]  # a failure counts as 0
+    # a later run that left it out takes none of that evidence away: it stays out on the next step
+    later = [_measure(k, c, small, 0.09, run="2026-12-02/bbbb") for k, c in zip(keys, shapes)]
+    every = current_measures([*(r for recs in runs.values() for r in recs), *later], hashes)
+    assert every[keys[0]] == (*runs[keys[0]], later[0])
+    assert [(o.point.variant, o.buckets, o.best) for o in outrun(gla, chip, pool, every, 0.95, 3)] == [
+        (large.variant, 3, 0.5)]
+    # each run compares within itself: a bucket counts a candidate's best share over its runs
+    again = [_measure(keys[0], shapes[0], p, 0.10, run="2026-12-02/cccc") for p in (large, small)]
+    earlier = [r for recs in runs.values() for r in recs]
+    assert outrun(gla, chip, pool, current_measures([*earlier, *again], hashes), 0.95, 3) == []
     # the measure step leaves it out of another bucket, not out of the bucket it won
     measured = []
     twin = _winner(gla, large.variant, point=large.point, K=512, B=1, T=40000)  # the same point won here too
