@@ -26,6 +26,7 @@ from .storage import HEARTBEAT_SECONDS
 
 if TYPE_CHECKING:
     from .hardware import ChipProfile
+    from .measure_fill import MeasureInputs
     from .spec import OpSpec
 
 
@@ -109,11 +110,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[str, str],
-                    args: argparse.Namespace) -> tuple[dict, dict, dict, list, list]:
+                    args: argparse.Namespace) -> MeasureInputs:
     """What a measure step starts from, read from the records at ``path``: the tuned and the
     pending winners, the earlier runs it may keep (none with ``--remeasure``), the candidates it
     leaves out (``--drop-below``, ``--drop-after``) and the rest of its candidate pool."""
-    from .measure_fill import candidates, current_measures, earlier_runs, outrun
+    from .measure_fill import MeasureInputs, candidates, current_measures, earlier_runs, outrun
     from .table import read_keyed, split_winners
 
     held = read_keyed(spec, chip, path).records if path.exists() else ()
@@ -122,7 +123,7 @@ def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[st
     pool = candidates(spec, chip, {**pending, **tuned})
     left_out = outrun(spec, chip, pool, current_measures(held, hashes), args.drop_below, args.drop_after)
     kept_pool = [(k, p) for k, p in pool if p not in {o.point for o in left_out}]
-    return tuned, pending, {} if args.remeasure else runs, left_out, kept_pool
+    return MeasureInputs(tuned, pending, {} if args.remeasure else runs, left_out, kept_pool)
 
 
 def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[str, Any]],

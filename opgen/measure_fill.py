@@ -16,12 +16,12 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .hardware import ChipProfile
 from .keys import Key, key_text, sort_key
 from .plan import Bucket
-from .records import MeasureRecord, Record, latest_measure_runs
+from .records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
 from .space import Point, point_id
 from .spec import OpSpec
 
@@ -65,6 +65,18 @@ class Outrun:
     point: Point
     buckets: int
     best: float
+
+
+class MeasureInputs(NamedTuple):
+    """What a measure step starts from: the tuned and the pending winners by key, the earlier runs
+    it may keep (:func:`earlier_runs`), the candidates it leaves out (:func:`outrun`) and the rest
+    of its candidate pool (:func:`candidates`)."""
+
+    tuned: dict[Key, WinnerRecord]
+    pending: dict[Key, WinnerRecord]
+    earlier: dict[Key, tuple[MeasureRecord, ...]]
+    left_out: list[Outrun]
+    pool: list[tuple[Key, Point]]
 
 
 def outrun(spec: OpSpec, profile: ChipProfile, pool: list[tuple[Key, Point]],
