@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
@@ -444,7 +445,8 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                   records: Iterable[Record], kernel_hashes: Mapping[str, str],
                   pending: Mapping[Key, WinnerRecord] | None = None) -> MeasuredFill:
     """What the measure records (``opgen tune --measure-fill``) decide for untuned keys: a row of
-    the point that ran fastest on the key in its latest run, among the points of ``tuned`` and
+    the point of the key's latest run that ran fastest there over all its runs (its times over
+    each run's fastest, geometric mean, :func:`_run_shares`), among the points of ``tuned`` and
     ``pending`` winners (:func:`pending_winners`, which are no tuned keys),
     carried to the measured case as the measure step carries them (:func:`opgen.space.carried`),
     measured on their current kernel, that may stand for the key's whole bucket
@@ -458,7 +460,9 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
 
     bucketed = [i for i, f in enumerate(spec.dispatch.key.values()) if split_key_field(f)[1]]
     tunables = spec.tunables_for(chip.backend)
+    records = tuple(records)
     runs = {key: recs for key, recs in latest_measure_runs(records).items() if key not in tuned}
+    shares = _run_shares(records, kernel_hashes)
     sources = {**(pending or {}), **tuned}
     out = MeasuredFill([], {})
     holders_at: dict[tuple, dict[str, list[Key]]] = {}  # per measured case
@@ -475,7 +479,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 if (rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash
                         and default_point(spec, chip, params).ident == ident
                         and point_fits(spec, chip, rec.variant, rec.point, params)):
-                    ranked.append(((rec.ms, 1, ()), None, rec))  # a tie goes to a tuned point
+                    ranked.append(((shares[key][True, ident], 1, ()), None, rec))  # a tie goes to a tuned point
                 continue
             case = tuple(sorted(rec.case.items()))
             if case not in holders_at:
@@ -486,7 +490,8 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
             current += 1
             src = min(owners, key=lambda k: (_plain_mismatch(bucketed, k, key), order(k)))
             if rec.ms is not None and serves_bucket(spec, chip, rec.variant, rec.point, rec.case):
-                ranked.append(((rec.ms, 0, (_plain_mismatch(bucketed, src, key), order(src))), src, rec))
+                score = shares[key][False, ident]
+                ranked.append(((score, 0, (_plain_mismatch(bucketed, src, key), order(src))), src, rec))
         if not (ranked and current):  # a run whose tuned points are all stale compares nothing now
             continue
         _, src, rec = min(ranked, key=lambda t: t[0])
@@ -494,6 +499,31 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
             out.kept[key] = rec
         else:
             out.rows.append(Row(key, rec.variant, {n: rec.point[n] for n in tunables}, sources[src], src, rec))
+    return out
+
+
+def _run_shares(records: Iterable[Record],
+                kernel_hashes: Mapping[str, str]) -> dict[Key, dict[tuple[bool, str], float]]:
+    """Per measured key, each point's time over the fastest of its run (1.0: the fastest), as a
+    geometric mean over every run of the key that timed it on its current kernel: (is the spec's
+    default, point identity) -> share. One run's ranking is its times'; over several, a point
+    wins on all of them, not on the last alone (runs of one case have differed by 0.6% against 12%
+    in ranking two points)."""
+    from .measure_fill import DEFAULT_SOURCE
+
+    times: dict[Key, dict[str, list[tuple[tuple[bool, str], float]]]] = {}
+    for rec in records:
+        if isinstance(rec, MeasureRecord) and rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash:
+            ident = (rec.source == DEFAULT_SOURCE, point_id(rec.variant, rec.point))
+            times.setdefault(rec.key, {}).setdefault(rec.run, []).append((ident, rec.ms))
+    out: dict[Key, dict[tuple[bool, str], float]] = {}
+    for key, runs in times.items():
+        logs: dict[tuple[bool, str], list[float]] = {}
+        for timed in runs.values():
+            fastest = min(ms for _, ms in timed)
+            for ident, ms in dict(timed).items():
+                logs.setdefault(ident, []).append(math.log(ms / fastest))
+        out[key] = {ident: math.exp(sum(v) / len(v)) for ident, v in logs.items()}
     return out
 
 

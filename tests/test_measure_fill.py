@@ -91,15 +91,23 @@ def test_the_measured_winner_beats_the_nearest_bucket(setup, gla, hashes):
 
 
 @pytest.mark.parametrize("measures, source", [
-    # only the latest run counts
+    # each run compares within itself, and a point's shares of the fastest count over every run
+    # (geomean): 1.0 and 1.01 beat 1.2 and 1.0, though the latest run alone ranks the other way
+    (lambda t, c, s, l: [_measure(t, c, s, 0.1, run="a"), _measure(t, c, l, 0.12, run="a"),
+                         _measure(t, c, s, 0.101, run="b"), _measure(t, c, l, 0.1, run="b")], "small"),
     (lambda t, c, s, l: [_measure(t, c, s, 0.1, run="a"), _measure(t, c, l, 0.2, run="a"),
-                         _measure(t, c, s, 0.3, run="b"), _measure(t, c, l, 0.2, run="b")], "large"),
+                         _measure(t, c, s, 0.3, run="b"), _measure(t, c, l, 0.1, run="b")], "large"),
+    # the candidates are the latest run's: one it failed, or did not time, is none
+    (lambda t, c, s, l: [_measure(t, c, s, 0.1, run="a"), _measure(t, c, l, 0.2, run="a"),
+                         _measure(t, c, s, None, run="b"), _measure(t, c, l, 0.3, run="b")], "large"),
+    (lambda t, c, s, l: [_measure(t, c, s, 0.1, run="a"), _measure(t, c, l, 0.2, run="a"),
+                         _measure(t, c, l, 0.3, run="b")], "large"),
     # equal times: the nearest fill's order
     (lambda t, c, s, l: [_measure(t, c, s, 0.2), _measure(t, c, l, 0.2)], "large"),
     # a failed point is no candidate
     (lambda t, c, s, l: [_measure(t, c, s, None), _measure(t, c, l, 0.3)], "large"),
 ])
-def test_the_measured_fill_follows_the_latest_run_and_breaks_ties_by_nearness(setup, gla, hashes, measures, source):
+def test_the_measured_fill_weighs_every_run_and_breaks_ties_by_nearness(setup, gla, hashes, measures, source):
     path, small, large, case, target = setup
     _write(path, [small, large, *measures(target, case, small, large)])
     row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]

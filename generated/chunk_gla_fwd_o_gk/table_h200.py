@@ -5,8 +5,8 @@
 
 """Frozen dispatch table of chunk_gla_fwd_o_gk on h200.
 
-24 tuned rows (26 distinct configs), 3561 more bucket combinations filled: 49 with the tuned point
-measured fastest there, the others from the nearest tuned bucket (as 349 ranges), 22 more left to
+24 tuned rows (27 distinct configs), 3561 more bucket combinations filled: 49 with the tuned point
+measured fastest there, the others from the nearest tuned bucket (as 351 ranges), 22 more left to
 the spec's default, measured fastest there (and 1489 unmeasured ones nearer to such a bucket than
 to any row), 0 stale records not frozen; measured buckets whose winner's search never ran the
 point measured fastest there, left to the measure step: 11.
@@ -89,18 +89,22 @@ CONFIGS = {
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
     }),
     'fold_vloop_tiled/5': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/6': ('fold_vloop_tiled', {
         'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_vloop_tiled/6': ('fold_vloop_tiled', {
+    'fold_vloop_tiled/7': ('fold_vloop_tiled', {
         'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_vloop_tiled/7': ('fold_vloop_tiled', {
+    'fold_vloop_tiled/8': ('fold_vloop_tiled', {
         'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_vloop_tiled/8': ('fold_vloop_tiled', {
+    'fold_vloop_tiled/9': ('fold_vloop_tiled', {
         'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
@@ -216,11 +220,11 @@ TUNED = {
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1021 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 3, 4, 1, 1): 'fold_vloop_tiled/6',
+    ('float16', 64, False, False, 3, 4, 1, 1): 'fold_vloop_tiled/7',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1316 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 3, 5, 1, 1): 'fold_vloop_tiled/7',
+    ('float16', 64, False, False, 3, 5, 1, 1): 'fold_vloop_tiled/8',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], median 0.1981 ms, smem_bytes 40960 (reported 32768), tuned 2026-12-03
     ('float16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/5',
@@ -391,16 +395,16 @@ FILL = (
     (('bfloat16', 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 96, align <= 1,
     # tasks <= 2048
-    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (0, 0), (0, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (0, 0), (0, 1)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 96, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (1, 1), (1, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (1, 1), (1, 1)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (32, 96], align > 1,
     # tasks <= 2048
-    (('bfloat16', 32, True, False), ((1, 1), (1, 2), (1, 1), (0, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (1, 2), (1, 1), (0, 1)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 192, align any, tasks any
     (('bfloat16', 32, True, False), ((1, 1), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 256, align any, tasks any
@@ -464,22 +468,22 @@ FILL = (
     (('bfloat16', 64, False, False), ((1, 1), (2, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 128, align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 1), (0, 0)), 'post_vloop_tiled/1'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 128, align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 0), (1, 1)), 'post_vloop_tiled/1'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (128, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((1, 1), (4, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 64, False, False), ((1, 1), (4, 5), (1, 1), (1, 1)), 'post_vloop_tiled/1'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks > 2048
     (('bfloat16', 64, False, False), ((1, 1), (4, 4), (1, 1), (2, 3)), 'fold_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 192, align any,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((1, 1), (5, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 64, False, False), ((1, 1), (5, 6), (0, 1), (2, 3)), 'post_vloop_tiled/1'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'post_vloop_tiled/1'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V <= 96, align any,
     # tasks any
     (('bfloat16', 64, False, False), ((2, 2), (0, 2), (0, 1), (0, 3)), 'post_vloop_tiled/2'),
@@ -540,19 +544,19 @@ FILL = (
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V > 192, align any, tasks any
     (('bfloat16', 64, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align any, tasks <= 256
-    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align <= 1, tasks > 256
-    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (96, 192], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 3)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 192, align > 1, tasks > 2048
-    (('bfloat16', 64, False, True), ((0, 0), (5, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (5, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 256, align > 1, tasks > 256
-    (('bfloat16', 64, False, True), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 32, V > 96, align any, tasks any
     (('bfloat16', 64, False, True), ((1, 5), (3, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 64, V > 64, align any, tasks any
@@ -886,34 +890,39 @@ FILL = (
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V in (96, 128], align any,
     # tasks > 256
     (('float16', 64, False, False), ((0, 1), (3, 3), (0, 1), (1, 3)), 'post_general_tiled/1'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 128, align <= 1,
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 256], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (4, 6), (0, 0), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 256], align <= 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (2, 3)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (2, 3)), 'fold_vloop_tiled/6'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
     (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/1'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (2, 3)), 'fold_vloop_tiled/5'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 192, align > 1,
+    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (2, 3)), 'fold_vloop_tiled/6'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (5, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/6'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (3, 3)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (3, 3)), 'fold_vloop_tiled/6'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks <= 256
     (('float16', 64, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align <= 1, tasks > 256
+    (('float16', 64, False, False), ((0, 0), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
+    # tasks in (256, 2048], measured fastest here
+    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align > 1, tasks > 2048
+    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 64, align any,
     # tasks <= 2048
     (('float16', 64, False, False), ((1, 1), (0, 1), (0, 1), (0, 1)), 'fold_vloop_tiled/4'),
@@ -967,7 +976,7 @@ FILL = (
     (('float16', 64, False, False), ((2, 3), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/6'),
+    (('float16', 64, False, False), ((2, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/7'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V in (128, 192], align <= 1,
     # tasks > 2048
     (('float16', 64, False, False), ((2, 5), (4, 4), (0, 0), (2, 3)), 'fold_general_tiled/3'),
@@ -976,7 +985,7 @@ FILL = (
     (('float16', 64, False, False), ((2, 3), (4, 4), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (192, 256], align any,
     # tasks > 256
-    (('float16', 64, False, False), ((2, 3), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/7'),
+    (('float16', 64, False, False), ((2, 3), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V > 256, align any, tasks <= 256
     (('float16', 64, False, False), ((2, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V > 256, align <= 1, tasks > 256
@@ -1011,7 +1020,7 @@ FILL = (
     (('float16', 64, False, False), ((3, 3), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks any
-    (('float16', 64, False, False), ((3, 3), (5, 5), (0, 1), (0, 3)), 'fold_vloop_tiled/7'),
+    (('float16', 64, False, False), ((3, 3), (5, 5), (0, 1), (0, 3)), 'fold_vloop_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V > 256, align > 1, tasks > 256
     (('float16', 64, False, False), ((3, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V <= 128, align any,
@@ -1056,19 +1065,19 @@ FILL = (
     (('float16', 64, False, True), ((0, 5), (3, 6), (0, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V <= 64, align <= 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 3), (0, 1), (0, 0), (0, 0)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, True), ((2, 3), (0, 1), (0, 0), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V <= 64, align any,
     # tasks > 256
-    (('float16', 64, False, True), ((2, 2), (0, 1), (0, 1), (1, 3)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, True), ((2, 2), (0, 1), (0, 1), (1, 3)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V <= 32, align > 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 3), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, True), ((2, 3), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 64, V > 64, align any, tasks > 256
     (('float16', 64, False, True), ((2, 5), (2, 6), (0, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 64, V > 96, align any, tasks any
@@ -1077,7 +1086,7 @@ FILL = (
     (('float16', 64, False, True), ((3, 5), (0, 6), (0, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align > 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((3, 3), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, True), ((3, 3), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V > 64, align any, tasks any
     (('float16', 64, False, True), ((3, 5), (2, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V any, align any, tasks any
@@ -1105,25 +1114,25 @@ FILL = (
     (('float16', 64, True, False), ((0, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 256, align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((1, 1), (0, 5), (0, 1), (1, 1)), 'fold_vloop_tiled/3'),
+    (('float16', 64, True, False), ((1, 1), (0, 5), (0, 1), (1, 1)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V any, align <= 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((1, 1), (0, 6), (0, 0), (2, 3)), 'fold_vloop_tiled/3'),
+    (('float16', 64, True, False), ((1, 1), (0, 6), (0, 0), (2, 3)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 128, align > 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((1, 1), (0, 3), (1, 1), (2, 3)), 'fold_vloop_tiled/3'),
+    (('float16', 64, True, False), ((1, 1), (0, 3), (1, 1), (2, 3)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
     (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'fold_vloop_tiled/3'),
+    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 128, align > 1,
     # tasks > 16384
-    (('float16', 64, True, False), ((1, 1), (4, 6), (1, 1), (3, 3)), 'fold_vloop_tiled/3'),
+    (('float16', 64, True, False), ((1, 1), (4, 6), (1, 1), (3, 3)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 192, align > 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((1, 1), (5, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/3'),
+    (('float16', 64, True, False), ((1, 1), (5, 6), (1, 1), (2, 3)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V <= 192, align any,
     # tasks > 256
     (('float16', 64, True, False), ((2, 2), (0, 4), (0, 1), (1, 3)), 'fold_general_tiled/4'),
