@@ -348,26 +348,26 @@ def held_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[
     among its side-by-side re-measures) leaves that one in force. A campaign cut short, or run
     without its journal, cannot replace a row with a point it never measured against it.
     Neither can it replace a measured fill: a key's first winner that never faced the point its
-    key's measure run found fastest is held back (:func:`pending_winners`)."""
+    key's measure runs found fastest, as the measured fill takes it (:func:`_measured_choice`),
+    is held back (:func:`pending_winners`)."""
     held: dict[Key, WinnerRecord] = {}
     pending: dict[Key, WinnerRecord] = {}
     faced: dict[Key, set[str]] = {}
-    choice: dict[Key, tuple[str, str, float]] = {}  # per key: its latest measure run, fastest point, ms
+    timed: dict[Key, dict[str, list[tuple[str, float]]]] = {}  # per key and measure run: (point, ms)
+    latest: dict[Key, str] = {}  # per key: its latest measure run
     for rec in records:
         if isinstance(rec, TrialRecord):
             faced.setdefault(rec.key, set()).add(point_id(rec.variant, rec.point))
         elif isinstance(rec, MeasureRecord):
-            run, best, ms = choice.get(rec.key, (rec.run, "", float("inf")))
-            if run != rec.run:
-                best, ms = "", float("inf")
-            if rec.ms is not None and rec.ms < ms and kernel_hashes.get(rec.variant) == rec.kernel_hash:
-                best, ms = point_id(rec.variant, rec.point), rec.ms
-            choice[rec.key] = (rec.run, best, ms)
+            latest[rec.key] = rec.run
+            runs = timed.setdefault(rec.key, {}).setdefault(rec.run, [])
+            if rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash:
+                runs.append((point_id(rec.variant, rec.point), rec.ms))
         elif isinstance(rec, WinnerRecord):
             cur = held.get(rec.key)
             mine = point_id(cur.variant, cur.point) if cur is not None else None
             met = faced.get(rec.key, set()) | {point_id(*parse_point_name(n)) for n in rec.remeasured_ms}
-            measured_best = choice.get(rec.key, ("", "", 0.0))[1]  # "": no measure run, or none ran
+            measured_best = _measured_choice(timed.get(rec.key, {}), latest.get(rec.key))
             if cur is None and measured_best not in met | {"", point_id(rec.variant, rec.point)}:
                 pending[rec.key] = rec
             elif (cur is None or mine == point_id(rec.variant, rec.point) or mine in met
@@ -502,6 +502,28 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
     return out
 
 
+def _measured_choice(runs: Mapping[str, list[tuple[str, float]]], last: str | None) -> str:
+    """The point the measure runs of a key found fastest, as the measured fill takes it: of the
+    last run's points, the least share of each run's fastest over all runs (:func:`_shares`);
+    "" with no run, or none that ran."""
+    shares = _shares(runs)
+    ran = {ident for ident, _ in runs.get(last, ())} if last is not None else set()
+    return min(sorted(ran), key=lambda ident: shares[ident], default="")
+
+
+def _shares(runs: Mapping[str, list[tuple[Any, float]]]) -> dict[Any, float]:
+    """Each point's time over the fastest of its run, as a geometric mean over the runs that
+    timed it (1.0: the fastest of every run it ran in)."""
+    logs: dict[Any, list[float]] = {}
+    for timed in runs.values():
+        if not timed:
+            continue
+        fastest = min(ms for _, ms in timed)
+        for ident, ms in dict(timed).items():
+            logs.setdefault(ident, []).append(math.log(ms / fastest))
+    return {ident: math.exp(sum(v) / len(v)) for ident, v in logs.items()}
+
+
 def _run_shares(records: Iterable[Record],
                 kernel_hashes: Mapping[str, str]) -> dict[Key, dict[tuple[bool, str], float]]:
     """Per measured key, each point's time over the fastest of its run (1.0: the fastest), as a
@@ -516,15 +538,7 @@ def _run_shares(records: Iterable[Record],
         if isinstance(rec, MeasureRecord) and rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash:
             ident = (rec.source == DEFAULT_SOURCE, point_id(rec.variant, rec.point))
             times.setdefault(rec.key, {}).setdefault(rec.run, []).append((ident, rec.ms))
-    out: dict[Key, dict[tuple[bool, str], float]] = {}
-    for key, runs in times.items():
-        logs: dict[tuple[bool, str], list[float]] = {}
-        for timed in runs.values():
-            fastest = min(ms for _, ms in timed)
-            for ident, ms in dict(timed).items():
-                logs.setdefault(ident, []).append(math.log(ms / fastest))
-        out[key] = {ident: math.exp(sum(v) / len(v)) for ident, v in logs.items()}
-    return out
+    return {key: _shares(runs) for key, runs in times.items()}
 
 
 def _carried_holders(spec: OpSpec, tuned: Mapping[Key, WinnerRecord], tunables: Iterable[str],

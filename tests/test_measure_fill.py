@@ -158,10 +158,16 @@ def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_ste
     row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
     assert (row.variant, row.point["BV"], row.source, row.measured.ms) == (narrow.variant, 128, target, 0.05)
     # a search that faced the measured choice (a side-by-side re-measure of it) is a tuned row
-    _write(path, [small, large, *measured, dataclasses.replace(narrow, remeasured_ms={
-        **narrow.remeasured_ms, "post_general_tiled:" + ",".join(f"{k}={v}" for k, v in small.point.items()): 0.1})])
+    faced_small = dataclasses.replace(narrow, remeasured_ms={
+        **narrow.remeasured_ms, "post_general_tiled:" + ",".join(f"{k}={v}" for k, v in small.point.items()): 0.1})
+    _write(path, [small, large, *measured, faced_small])
     assert tables.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
     assert tables.pending_winners(gla, CHIP, path, tables.read_keyed(gla, CHIP, path).records, hashes) == {}
+    # the measured choice weighs every run, as the fill does: a later run that timed large a hair
+    # ahead leaves small the choice, which that search faced
+    later = [_measure(target, case, small, 0.101, run="b"), _measure(target, case, large, 0.100, run="b")]
+    _write(path, [small, large, *measured, *later, faced_small])
+    assert tables.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
 
 
 def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup, gla, hashes):
