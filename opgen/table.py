@@ -414,9 +414,10 @@ def split_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable
         legal, fits = _fits(spec, chip, rec.variant, rec.point, params)
         if not legal:
             raise RecordError(f"{_describe(path, rec)} is not legal for its case {rec.case}")
-        if not legal_across(spec, rec.variant, rec.case, _describe(path, rec)):
-            low = {n: low_params(spec, rec.case, "")[n] for n in plain_fields(spec).values()}
-            raise RecordError(f"{_describe(path, rec)} is not legal for {low}, a call of its bucket "
+        low = low_params(spec, rec.case, _describe(path, rec))
+        if low is not None and not is_legal(spec, find_variant(spec, rec.variant), low):
+            call = {n: low[n] for n in plain_fields(spec).values()}
+            raise RecordError(f"{_describe(path, rec)} is not legal for {call}, a call of its bucket "
                               f"({key_text(spec, key)}): the dispatch key needs a field that parts "
                               "the shapes its variant takes from the others")
         if not fits:
@@ -531,14 +532,17 @@ def _run_shares(records: Iterable[Record],
     default, point identity) -> share. One run's ranking is its times'; over several, a point
     wins on all of them, not on the last alone (runs of one case have differed by 0.6% against 12%
     in ranking two points)."""
-    from .measure_fill import DEFAULT_SOURCE
+    from .measure_fill import DEFAULT_SOURCE, current_measures
 
-    times: dict[Key, dict[str, list[tuple[tuple[bool, str], float]]]] = {}
-    for rec in records:
-        if isinstance(rec, MeasureRecord) and rec.ms is not None and kernel_hashes.get(rec.variant) == rec.kernel_hash:
-            ident = (rec.source == DEFAULT_SOURCE, point_id(rec.variant, rec.point))
-            times.setdefault(rec.key, {}).setdefault(rec.run, []).append((ident, rec.ms))
-    return {key: _shares(runs) for key, runs in times.items()}
+    out: dict[Key, dict[tuple[bool, str], float]] = {}
+    for key, recs in current_measures(records, kernel_hashes).items():
+        runs: dict[str, list[tuple[tuple[bool, str], float]]] = {}
+        for rec in recs:
+            if rec.ms is not None:
+                runs.setdefault(rec.run, []).append(((rec.source == DEFAULT_SOURCE, point_id(rec.variant, rec.point)),
+                                                     rec.ms))
+        out[key] = _shares(runs)
+    return out
 
 
 def _carried_holders(spec: OpSpec, tuned: Mapping[Key, WinnerRecord], tunables: Iterable[str],
@@ -596,9 +600,10 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     For each assignment of the categorical fields among ``tuned``, every combination of bucket
     indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
     indices, ties to the larger buckets, then key order) whose variant is legal and within budget
-    on a representative shape of the target: the source case with each moved plain-name field set
-    to the bucket's upper edge (last edge + 1 past the last), and legal on the target's smallest
-    shape (:func:`legal_across`), at most the spec's ``dispatch.fill_distance`` away. A key of
+    on a representative shape of the target: the target's call nearest the source case
+    (:func:`opgen.bucket_shapes.bucket_corner`: a moved plain-name field at its bucket's upper
+    edge, one past the last edge in the last bucket), and legal on the target's smallest call
+    (:func:`legal_across`), at most the spec's ``dispatch.fill_distance`` away. A key of
     ``keep`` nearer than any such row stands for the default: the target stays unfilled, as does
     a key with no such row (both take the spec's default). Each row names its source key.
     """
