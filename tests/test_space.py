@@ -39,12 +39,15 @@ def test_variants_per_rendering(gla):
     npu = [v.name for v in space.variants_for(gla, "npu")]
     cuda = [v.name for v in space.variants_for(gla, "cuda")]
     assert len(npu) == 20 and all(n.endswith("_persistent") for n in npu)
-    # 4 scale paths x 5 shapes x 2 grids, and the chunk-loop grids on fold and post without a V loop
-    assert len(cuda) == 56 and sum("_vloop_" in n for n in cuda) == 8 and sum("_vloop_" in n for n in npu) == 4
+    # 4 scale paths x 5 shapes x 2 grids, the chunk-loop grids on fold and post without a V loop,
+    # and the heads-first grid on fold and post for general and the V loops
+    assert len(cuda) == 62 and sum("_vloop_" in n for n in cuda) == 10 and sum("_vloop_" in n for n in npu) == 4
+    assert sorted(n for n in cuda if n.endswith("_heads_first")) == [
+        f"{path}_{shape}_heads_first" for path in ("fold", "post") for shape in ("general", "vloop2", "vloop")]
     # the descriptor grids: cuda only, general shape, fold and post
     assert sorted(n for n in cuda if "_tma" in n) == [
         "fold_general_tma", "fold_general_tma_persistent", "post_general_tma", "post_general_tma_persistent"]
-    assert sum("_vloop2_" in n for n in cuda) == 8 and sum("_vloop2_" in n for n in npu) == 4
+    assert sum("_vloop2_" in n for n in cuda) == 10 and sum("_vloop2_" in n for n in npu) == 4
     chunks = sorted(n for n in cuda if "_chunks" in n)
     assert len(chunks) == 12 and all(n.split("_")[0] in ("fold", "post") and n.split("_")[1] in ("general", "h1", "single")
                                      for n in chunks)
