@@ -152,9 +152,14 @@ class Dispatch(_Model):
 
     key: dict[Ident, Union[KeyField, Formula]] = Field(min_length=1)
     defaults: dict[Backend, dict[Ident, DefaultValue]] = Field(min_length=1)
-    # How far (L1 distance in bucket indices) an untuned bucket may take a tuned bucket's row;
-    # farther, or at 0, it runs the spec's default. None: any distance.
+    # How far (L1 distance in bucket indices, a crossed field of fill_across counting 1) an
+    # untuned bucket may take a tuned bucket's row; farther, or at 0, it runs the spec's default.
+    # None: any distance.
     fill_distance: Union[int, None] = Field(default=None, ge=0)
+    # Unbucketed key fields whose other values may fill an untuned bucket of the same buckets
+    # (``dtype``): the nearest fill takes such a row before any at a bucket step from it; the
+    # source's case takes the target's value as its case row field of that name.
+    fill_across: tuple[Ident, ...] = ()
 
 
 class Reference(_Model):
@@ -444,6 +449,12 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
             if list(key.buckets) != sorted(set(key.buckets)):
                 raise SpecError(file, f"dispatch.key.{field}.buckets", "strictly ascending edges",
                                 list(key.buckets))
+    row_fields = {"dtype", *spec.dim_symbols(), *spec.signature.scalars}
+    for field in spec.dispatch.fill_across:
+        key = spec.dispatch.key.get(field)
+        if key is None or (isinstance(key, KeyField) and key.buckets is not None) or field not in row_fields:
+            raise SpecError(file, "dispatch.fill_across",
+                            "unbucketed key fields named as case row fields (dtype or an input)", field)
     for backend, defaults in spec.dispatch.defaults.items():
         needed = list(axes) + list(spec.tunables_for(backend))
         for name in needed:

@@ -638,20 +638,30 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
     if not bucketed or not tuned:
         return
     free = free_fields(spec)
-    groups: dict[Key, list[Key]] = {}
-    for key in (*tuned, *(k for k in keep if k not in tuned)):
-        groups.setdefault(tuple(v for i, v in enumerate(key) if i not in bucketed), []).append(key)
+    across = [i for i, name in enumerate(spec.dispatch.key) if name in spec.dispatch.fill_across]
+    plain = [i for i in range(len(fields_)) if i not in bucketed]
+    sources = [*tuned, *(k for k in keep if k not in tuned)]
+    groups: dict[Key, list[Key]] = {}  # by the unbucketed fields a fill may not cross
+    for key in sources:
+        groups.setdefault(tuple(key[i] for i in plain if i not in across), []).append(key)
+    # The sources' categories, each with every value its crossed fields take in any source
+    seen = {i: sorted({key[i] for key in sources}, key=repr) for i in across}
+    cats = {combo for key in sources for combo in itertools.product(*(seen[i] if i in across else [key[i]]
+                                                                       for i in plain))}
     counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
     reach = spec.dispatch.fill_distance
-    for cat in sorted(groups, key=sort_key):
+    for cat in sorted(cats, key=sort_key):
         for combo in itertools.product(*(range(n) for n in counts)):
             slots, rest = dict(zip(bucketed, combo)), iter(cat)
             target = tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
             if target in tuned or target in keep or (only is not None and target != only):
                 continue
-            for src in sorted(groups[cat], key=_nearest(bucketed, target)):
-                if reach is not None and sum(abs(src[i] - target[i]) for i in bucketed) > reach:
-                    break  # the candidates come nearest first
+            order = _nearest(bucketed, target, across)
+            for src in sorted(groups[tuple(target[i] for i in plain if i not in across)], key=order):
+                if reach is not None and order(src)[0] + min(1, order(src)[1]) > reach:
+                    continue  # farther than the spec allows (a crossed field counts 1)
+                if order(src)[1] and order(src)[0]:
+                    continue  # a crossed row fills its own buckets alone
                 if src not in tuned:  # the default ran fastest on the nearest measured bucket
                     yield target, src
                     break
@@ -660,8 +670,10 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
                     break
 
 
-def _nearest(bucketed: list[int], target: Key) -> Callable[[Key], tuple[Any, ...]]:
-    """Sort key of candidate source keys: L1 distance, then larger buckets, then key order.
+def _nearest(bucketed: list[int], target: Key, across: Iterable[int] = ()) -> Callable[[Key], tuple[Any, ...]]:
+    """Sort key of candidate source keys: L1 distance over bucket indices, then how many of the
+    unbucketed fields at ``across`` (positions the fill may cross) differ, then larger buckets,
+    then key order.
 
     Larger first: tiles tuned for larger dims cover a smaller shape (masked), while tiles tuned
     for smaller dims split a larger one into more programs that read the shared operands again.
@@ -671,17 +683,22 @@ def _nearest(bucketed: list[int], target: Key) -> Callable[[Key], tuple[Any, ...
     """
     def order(src: Key) -> tuple[Any, ...]:
         dist = sum(abs(src[i] - target[i]) for i in bucketed)
-        return dist, tuple(-src[i] for i in bucketed), sort_key(src)
+        return dist, sum(1 for i in across if src[i] != target[i]), tuple(-src[i] for i in bucketed), sort_key(src)
     return order
 
 
 def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
                bucketed: list[int], free: Mapping[int, str | None]) -> bool:
     """Whether the source's point may stand for the target bucket: the fields that differ are
-    ones a fill may move (:func:`opgen.bucket_shapes.free_fields`), and the point is legal and
-    within budget on the target's call nearest the source's case, and legal on its smallest."""
+    ones a fill may move (:func:`opgen.bucket_shapes.free_fields`) or cross (the spec's
+    ``dispatch.fill_across``: the source's case takes the target's value), and the point is legal
+    and within budget on the target's call nearest the source's case, and legal on its smallest."""
     if any(i not in free for i in bucketed if src[i] != target[i]):
         return False
+    crossed = {name: target[i] for i, name in enumerate(spec.dispatch.key)
+               if name in spec.dispatch.fill_across and src[i] != target[i]}
+    if crossed:
+        rec = dataclasses.replace(rec, case={**rec.case, **crossed})
     where = f"fill of {target} from {src}"
     params = bucket_corner(spec, rec.case, where, target, "case")
     if params is None:

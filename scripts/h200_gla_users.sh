@@ -7,7 +7,8 @@
 # Usage: [DEVICES=cuda:0] [STEPS="tune nearest measure measured"] bash scripts/h200_gla_users.sh OUT_DIR
 #   SECONDS TRIALS [VARIANTS]   (VARIANTS: comma-separated, every legal variant by default; STEPS: the
 #   steps to run, in that order, so a run can be spread over calls that each bring back the records
-#   file, copied to OUT_DIR every 15 s and at the end; the step holdout_measure, in no default,
+#   file, copied to OUT_DIR every 15 s and at the end; the step cross_check, in no default, runs
+#   the cross-check of the tuned rows alone (after a change to the fill); holdout_measure, in no default,
 #   measures the holdout's buckets into OUT_DIR/holdout_measure.jsonl for scripts/fill_oracle.py;
 #   WARM_PROCS: processes compiling the benchmark's kernels before it is timed, 0 by default;
 #   MEASURE_CASES: the case sets the step measure runs on, in turn, users_measure by default: the
@@ -45,6 +46,10 @@ if [[ $steps == *" tune "* ]]; then
     "${tune[@]}" --cases users_tune --trials "$trials" --study-seconds $((trials + 10)) --campaign-seconds "$seconds" \
         ${variants:+--variants "$variants"} --cross-check > "$out/tune.log" 2>&1
     grep -v "A new study created" "$out/tune.log" | tail -50
+fi
+if [[ $steps == *" cross_check "* ]]; then  # the cross-check alone, of the tuned rows as they stand
+    "${tune[@]}" --cases users_tune --trials 0 --cross-check > "$out/cross_check.log" 2>&1
+    tail -12 "$out/cross_check.log"
 fi
 if [[ $steps == *" nearest "* ]]; then bench nearest; fi
 if [[ $steps == *" measure "* ]]; then

@@ -326,7 +326,8 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     _write(path, [small, large, half])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
     filled = _filled(table)
-    assert table.filled == len(filled) == 2 * 336 - 3  # two groups of 6 K x 7 V x 2 align x 4 tasks buckets
+    # two groups of 6 K x 7 V x 2 align x 4 tasks buckets, and the other dtype's bucket of each winner
+    assert table.filled == len(filled) == 2 * 336 - 3 + 3
     assert [r.key for r in table.rows] == sorted((r.key for r in table.rows), key=keys.sort_key)
 
     def at(base, **idx):
@@ -342,10 +343,35 @@ def test_fill_picks_the_nearest_bucket_within_categorical_fields(tmp_path, gla, 
     assert at(small, K=5, V=0).variant == "fp32_general_tiled"  # 3 from large, 5 from small
     assert at(small, K=0, tasks=3).variant == "post_general_tiled"  # tasks moves through B, T
     assert at(small, align=0).source == small.key  # K or V off a multiple of 8: the aligned row next to it
-    # Categorical fields never cross: every float16 fill comes from the float16 winner.
-    assert {r.variant for k, r in filled.items() if k[0] == "float16"} == {"post_h1_tiled"}
-    assert {r.variant for k, r in filled.items() if k[0] == "bfloat16"} == {"post_general_tiled", "fp32_general_tiled"}
+    # Other categorical fields never cross; dtype (the spec's fill_across) crosses into a winner's own
+    # buckets alone: a float16 bucket takes a bfloat16 row only where their K, V, align and tasks agree.
+    def flipped(rec):
+        return ({"float16": "bfloat16", "bfloat16": "float16"}[rec.key[0]],) + rec.key[1:]
+
+    crossed = {k: r for k, r in filled.items() if r.source[0] != k[0]}
+    assert {k: r.source for k, r in crossed.items()} == {flipped(w): w.key for w in (small, large, half)}
+    assert filled[flipped(small)].variant == small.variant
+    assert {r.variant for k, r in filled.items() if k[0] == "float16" and k not in crossed} == {"post_h1_tiled"}
+    assert {r.variant for k, r in filled.items() if k[0] == "bfloat16" and k not in crossed} == {
+        "post_general_tiled", "fp32_general_tiled"}
     assert tables.frozen_rows(gla, CHIP, path, hashes) == table
+
+
+def test_the_other_dtypes_row_of_the_same_buckets_comes_before_a_row_one_step_away(tmp_path, gla, hashes):
+    path = _path(tmp_path)
+    here = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"})  # bfloat16
+    step = _winner(gla, dtype="float16", K=256)  # float16, one K bucket up
+    _write(path, [here, step])
+    filled = _filled(tables.frozen_rows(gla, CHIP, path, hashes))
+    target = ("float16",) + here.key[1:]
+    assert filled[target].source == here.key and filled[target].variant == "fp32_general_tiled"
+    # a bucket step below the bfloat16 row and two below the float16 one: the float16 row
+    below = target[:4] + (target[4] - 1,) + target[5:]
+    assert filled[below].source == step.key
+    assert all(r.source[0] == k[0] for k, r in filled.items() if k != target and k[0] == "float16")
+    # without the field in fill_across the float16 bucket takes its own dtype's row
+    spec = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_across": ()})})
+    assert _filled(tables.frozen_rows(spec, CHIP, path, hashes))[target].source == step.key
 
 
 def test_fill_reaches_no_farther_than_the_specs_fill_distance(tmp_path, gla, hashes):
