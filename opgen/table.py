@@ -650,24 +650,32 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
                                                                        for i in plain))}
     counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
     reach = spec.dispatch.fill_distance
-    for cat in sorted(cats, key=sort_key):
-        for combo in itertools.product(*(range(n) for n in counts)):
-            slots, rest = dict(zip(bucketed, combo)), iter(cat)
-            target = tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
-            if target in tuned or target in keep or (only is not None and target != only):
-                continue
-            order = _nearest(bucketed, target, across)
-            for src in sorted(groups[tuple(target[i] for i in plain if i not in across)], key=order):
-                if reach is not None and order(src)[0] + min(1, order(src)[1]) > reach:
-                    continue  # farther than the spec allows (a crossed field counts 1)
-                if order(src)[1] and order(src)[0]:
-                    continue  # a crossed row fills its own buckets alone
-                if src not in tuned:  # the default ran fastest on the nearest measured bucket
-                    yield target, src
-                    break
-                if _fill_fits(spec, chip, tuned[src], src, target, bucketed, free):
-                    yield target, src
-                    break
+
+    def targets() -> Iterable[Key]:
+        if only is not None:  # one key: no walk over the others
+            if tuple(only[i] for i in plain) in cats and all(0 <= only[i] < n for i, n in zip(bucketed, counts)):
+                yield only
+            return
+        for cat in sorted(cats, key=sort_key):
+            for combo in itertools.product(*(range(n) for n in counts)):
+                slots, rest = dict(zip(bucketed, combo)), iter(cat)
+                yield tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
+
+    for target in targets():
+        if target in tuned or target in keep:
+            continue
+        order = _nearest(bucketed, target, across)
+        for src in sorted(groups[tuple(target[i] for i in plain if i not in across)], key=order):
+            if reach is not None and order(src)[0] + min(1, order(src)[1]) > reach:
+                continue  # farther than the spec allows (a crossed field counts 1)
+            if order(src)[1] and order(src)[0]:
+                continue  # a crossed row fills its own buckets alone
+            if src not in tuned:  # the default ran fastest on the nearest measured bucket
+                yield target, src
+                break
+            if _fill_fits(spec, chip, tuned[src], src, target, bucketed, free):
+                yield target, src
+                break
 
 
 def _nearest(bucketed: list[int], target: Key, across: Iterable[int] = ()) -> Callable[[Key], tuple[Any, ...]]:

@@ -3,8 +3,8 @@ measured there: the headroom a better fill rule could win with the points the ta
 
 Reads a measure run on the case set's buckets (``opgen tune --cases SET --trials 0
 --measure-fill --records COPY`` on a device, into a copy of the op's records file, as the holdout
-must stay unmeasured in the file itself: the latest run of each bucket counts) and the table the
-op's records freeze now. Prints per case: the time
+must stay unmeasured in the file itself: the latest run of each bucket counts, keyed as the spec
+keys its case now) and the table the op's records freeze now. Prints per case: the time
 of the table's point in that run (a point the run did not measure has none), the fastest
 candidate and where it came from, the ratio of the two, and the geomean ratio. Runs on the CPU:
 
@@ -24,17 +24,17 @@ from opgen.compare import case_id  # noqa: E402
 from opgen.explain import explain  # noqa: E402
 from opgen.hardware import profile  # noqa: E402
 from opgen.kernels import kernel_hashes  # noqa: E402
-from opgen.records import latest_measure_runs, read, record_path  # noqa: E402
+from opgen.records import latest_measure_runs, record_path  # noqa: E402
 from opgen.space import point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.table import frozen_rows  # noqa: E402
+from opgen.table import frozen_rows, read_keyed  # noqa: E402
 
 
 def main(op: str, chip_name: str, cases: str, measured: str) -> None:
     spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
     chip = profile(chip_name)
     table = frozen_rows(spec, chip, record_path(ROOT, chip.name, op), kernel_hashes(ROOT, spec, chip.rendering))
-    runs = latest_measure_runs(read(Path(measured), op=op, chip=chip.name).records)
+    runs = latest_measure_runs(read_keyed(spec, chip, Path(measured)).records)
     ratios = []
     print(f"{'case':<36} {'table ms':>9} {'best ms':>9} {'ratio':>6}  best point (source)")
     for row in spec.expand_cases(cases):
