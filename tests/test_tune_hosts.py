@@ -241,10 +241,14 @@ def test_a_server_restart_mid_campaign_stops_the_hosts_cleanly_and_loses_no_reco
     assert [r.line() for r in final][:len(kept)] == kept
     assert _measured(final) == GOOD
     # at most one winner a bucket from the hosts (a bucket may have finished before the restart);
-    # the run started after decides each bucket once (a new campaign: finished buckets compete again)
+    # the run started after decides each bucket at most once (a new campaign: finished buckets
+    # compete again), and every bucket no host decided; a bucket whose host recorded its winner
+    # and stopped before saying so (the restart came between) is not decided again
     hosts_winners = [r.key for r in final[:len(kept)] if r.KIND == "winner"]
     assert len(hosts_winners) == len(set(hosts_winners)), hosts_winners
-    assert sorted(r.key for r in final[len(kept):] if r.KIND == "winner") == [(0,), (1,)]
+    again_winners = [r.key for r in final[len(kept):] if r.KIND == "winner"]
+    assert len(again_winners) == len(set(again_winners)), again_winners
+    assert {(0,), (1,)} - set(hosts_winners) <= set(again_winners) <= {(0,), (1,)}
 
 
 def test_a_bucket_whose_holder_died_after_recording_its_winner_is_not_decided_again(postgres_url):
