@@ -447,7 +447,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                   pending: Mapping[Key, WinnerRecord] | None = None) -> MeasuredFill:
     """What the measure records (``opgen tune --measure-fill``) decide for untuned keys: a row of
     the point of the key's latest run that ran fastest there over all its runs (its times over
-    each run's fastest, geometric mean, :func:`_run_shares`), among the points of ``tuned`` and
+    each run's fastest, geometric mean, :func:`run_shares`), among the points of ``tuned`` and
     ``pending`` winners (:func:`pending_winners`, which are no tuned keys),
     carried to the measured case as the measure step carries them (:func:`opgen.space.carried`),
     measured on their current kernel, that may stand for the key's whole bucket
@@ -463,7 +463,7 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
     tunables = spec.tunables_for(chip.backend)
     records = tuple(records)
     runs = {key: recs for key, recs in latest_measure_runs(records).items() if key not in tuned}
-    shares = _run_shares(records, kernel_hashes)
+    shares = run_shares(records, kernel_hashes)
     sources = {**(pending or {}), **tuned}
     out = MeasuredFill([], {})
     holders_at: dict[tuple, dict[str, list[Key]]] = {}  # per measured case
@@ -525,7 +525,7 @@ def _shares(runs: Mapping[str, list[tuple[Any, float]]]) -> dict[Any, float]:
     return {ident: math.exp(sum(v) / len(v)) for ident, v in logs.items()}
 
 
-def _run_shares(records: Iterable[Record],
+def run_shares(records: Iterable[Record],
                 kernel_hashes: Mapping[str, str]) -> dict[Key, dict[tuple[bool, str], float]]:
     """Per measured key, each point's time over the fastest of its run (1.0: the fastest), as a
     geometric mean over every run of the key that timed it on its current kernel: (is the spec's

@@ -3,7 +3,9 @@ bucket the measure step measured (``opgen tune --measure-fill``), the row the ne
 from the tuned and the other measured buckets (leave-one-out), looked up among that bucket's own
 measured candidates. Prints per bucket the fill's source (a tuned or measured key, or ``default``:
 a bucket where the spec's default ran fastest is nearer than any row, or none serves) and the
-fastest candidate's time over the fill's, then the geomean and the minimum. With ``--no-kept`` the
+fastest candidate's time over the fill's, as the measured fill weighs runs: each run's fastest
+over the point's time in it, geometric mean over the bucket's runs that timed it
+(``opgen.table.run_shares``); then the geomean and the minimum. With ``--no-kept`` the
 measured buckets where the default ran fastest are no sources of the fill, as before they were.
 Runs on the CPU:
 
@@ -25,7 +27,8 @@ from opgen.keys import sort_key  # noqa: E402
 from opgen.records import latest_measure_runs, record_path  # noqa: E402
 from opgen.space import carried, case_inputs, evaluate_params, point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.table import fill_measured, leave_one_out_fill, read_keyed, split_winners, stand_ins  # noqa: E402
+from opgen.table import (fill_measured, leave_one_out_fill, read_keyed, run_shares, split_winners,  # noqa: E402
+                         stand_ins)
 
 
 def main() -> int:
@@ -43,16 +46,17 @@ def main() -> int:
     measured = fill_measured(spec, chip, tuned, records, hashes, pending)
     rows = {r.key: r for r in measured.rows}
     runs = latest_measure_runs(records)
+    shares = run_shares(records, hashes)
     ratios = []
     print(f"{'bucket':<46} {'fill from':<46} {'best/fill':>9}")
     for key in sorted({*rows, *measured.kept}, key=sort_key):
-        times = {point_id(r.variant, r.point): r.ms for r in runs[key] if r.ms is not None}
         params = evaluate_params(spec, case_inputs(spec, runs[key][0].case))
         variant, point, source = leave_one_out_fill(spec, chip, {**tuned, **stand_ins(rows.values())}, key, params,
                                                     keep=frozenset() if args.no_kept else frozenset(measured.kept))
         config = carried(spec, variant, point, params)
-        ms = None if config is None else times.get(point_id(variant, config))
-        ratio = None if ms is None else min(times.values()) / ms
+        ident = None if config is None else point_id(variant, config)
+        found = [share for (_, i), share in shares.get(key, {}).items() if i == ident]
+        ratio = 1 / min(found) if found else None
         if ratio is not None:
             ratios.append(ratio)
         print(f"{str(key):<46} {source or 'default':<46} {'not measured' if ratio is None else f'{ratio:9.3f}'}")
