@@ -79,7 +79,7 @@ def _params(dtype, shape, use_exp2):
 
 def _corners(rendering, chip, variant, dtype, shape, use_exp2):
     """The variant's smallest tiles with every option off; the largest that fit with the loads
-    moved before the K loop (and, where cuda searches them and the variant does not fix them, h
+    moved before the K loop where the variant does not fix that (and, where cuda searches them and the variant does not fix them, h
     loaded evict-first and A through its triangular mask). Both ieee: triton-ascend's interpreter
     runs only "ieee" fp32 dots (it computes every dot in fp32): it refuses tf32/tf32x3, which the
     cuda rendering's fp32 path runs on the H200, and knows no hf32, which the front-end test
@@ -92,7 +92,7 @@ def _corners(rendering, chip, variant, dtype, shape, use_exp2):
     cuda = rendering == "cuda"
     fixed = space.fixed_values(SPEC, variant, _params(dtype, shape, use_exp2))
     on = {n: cuda and n not in fixed for n in ("EVICT_H", "TRIL_LOAD")}
-    return (feasible[0], next(p for p in reversed(feasible) if p.config["EARLY_INTRA"]
+    return (feasible[0], next(p for p in reversed(feasible) if (p.config["EARLY_INTRA"] or "EARLY_INTRA" in fixed)
                               and all(p.config[n] == on[n] for n in on)))
 
 
