@@ -450,11 +450,14 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
                 raise SpecError(file, f"dispatch.key.{field}.buckets", "strictly ascending edges",
                                 list(key.buckets))
     row_fields = {"dtype", *spec.dim_symbols(), *spec.signature.scalars}
-    for field in spec.dispatch.fill_across:
+    for field in spec.dispatch.fill_across:  # a fill sets the source case's row field to the target's value
         key = spec.dispatch.key.get(field)
-        if key is None or (isinstance(key, KeyField) and key.buckets is not None) or field not in row_fields:
+        expr = key.expr if isinstance(key, KeyField) else key
+        if (key is None or (isinstance(key, KeyField) and key.buckets is not None) or field not in row_fields
+                or expr.source.strip() != field):
             raise SpecError(file, "dispatch.fill_across",
-                            "unbucketed key fields named as case row fields (dtype or an input)", field)
+                            "unbucketed key fields, each its own formula, named as case row fields (dtype or an "
+                            "input)", field)
     for backend, defaults in spec.dispatch.defaults.items():
         needed = list(axes) + list(spec.tunables_for(backend))
         for name in needed:

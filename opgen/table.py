@@ -526,7 +526,7 @@ def _shares(runs: Mapping[str, list[tuple[Any, float]]]) -> dict[Any, float]:
 
 
 def run_shares(records: Iterable[Record],
-                kernel_hashes: Mapping[str, str]) -> dict[Key, dict[tuple[bool, str], float]]:
+               kernel_hashes: Mapping[str, str]) -> dict[Key, dict[tuple[bool, str], float]]:
     """Per measured key, each point's time over the fastest of its run (1.0: the fastest), as a
     geometric mean over every run of the key that timed it on its current kernel: (is the spec's
     default, point identity) -> share. One run's ranking is its times'; over several, a point
@@ -597,9 +597,12 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
     the row of that key alone, if it gets one), but for the keys of ``keep`` (measured buckets
     where the spec's default ran fastest, left to it).
 
-    For each assignment of the categorical fields among ``tuned``, every combination of bucket
-    indices without a row takes the nearest tuned row of that assignment (L1 distance over bucket
-    indices, ties to the larger buckets, then key order) whose variant is legal and within budget
+    For each assignment of the categorical fields among ``tuned`` (with every value any source
+    has of a field of the spec's ``dispatch.fill_across``), every combination of bucket indices
+    without a row takes the nearest tuned row of that assignment (L1 distance over bucket indices,
+    then rows of the same crossed values, ties to the larger buckets, then key order; a row that
+    differs in a crossed field fills the target of its own bucket indices alone, before any
+    row a step away) whose variant is legal and within budget
     on a representative shape of the target: the target's call nearest the source case
     (:func:`opgen.bucket_shapes.bucket_corner`: a moved plain-name field at its bucket's upper
     edge, one past the last edge in the last bucket), and legal on the target's smallest call
@@ -666,8 +669,8 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
             continue
         order = _nearest(bucketed, target, across)
         for src in sorted(groups[tuple(target[i] for i in plain if i not in across)], key=order):
-            if reach is not None and order(src)[0] + min(1, order(src)[1]) > reach:
-                continue  # farther than the spec allows (a crossed field counts 1)
+            if reach is not None and order(src)[0] + order(src)[1] > reach:
+                continue  # farther than the spec allows (each crossed field counts 1)
             if order(src)[1] and order(src)[0]:
                 continue  # a crossed row fills its own buckets alone
             if src not in tuned:  # the default ran fastest on the nearest measured bucket

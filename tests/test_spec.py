@@ -77,6 +77,7 @@ MALFORMED = [
     ("fill-across-a-bucketed-field", _set("dispatch.fill_across", ["K"]), "dispatch.fill_across", "unbucketed key fields"),
     ("fill-across-no-case-field", _set("dispatch.fill_across", ["H1"]), "dispatch.fill_across", "case row fields"),
     ("fill-across-unknown", _set("dispatch.fill_across", ["layout"]), "dispatch.fill_across", "unbucketed key fields"),
+    ("fill-across-another-formula", _set("dispatch.key.dtype", "q_dtype"), "dispatch.fill_across", "its own formula"),
     ("default-not-in-choices", _set("signature.scalars.chunk_size.default", 48), "signature.scalars.chunk_size.default", "choices"),
     ("output-dtype-unknown", _set("signature.outputs.o.dtype", "w"), "signature.outputs.o.dtype", "tensor name"),
     ("launch-arg-unknown", _set("api.launch_args", ["q", "w"]), "api.launch_args", "tensor, output"),
