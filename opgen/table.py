@@ -669,14 +669,15 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
             continue
         order = _nearest(bucketed, target, across)
         for src in sorted(groups[tuple(target[i] for i in plain if i not in across)], key=order):
-            if reach is not None and order(src)[0] + order(src)[1] > reach:
+            dist, crossed = order(src)[:2]
+            if reach is not None and dist + crossed > reach:
                 continue  # farther than the spec allows (each crossed field counts 1)
-            if order(src)[1] and order(src)[0]:
+            if crossed and dist:
                 continue  # a crossed row fills its own buckets alone
             if src not in tuned:  # the default ran fastest on the nearest measured bucket
                 yield target, src
                 break
-            if _fill_fits(spec, chip, tuned[src], src, target, bucketed, free):
+            if _fill_fits(spec, chip, tuned[src], src, target, bucketed, free, across):
                 yield target, src
                 break
 
@@ -699,15 +700,16 @@ def _nearest(bucketed: list[int], target: Key, across: Iterable[int] = ()) -> Ca
 
 
 def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
-               bucketed: list[int], free: Mapping[int, str | None]) -> bool:
+               bucketed: list[int], free: Mapping[int, str | None], across: Iterable[int]) -> bool:
     """Whether the source's point may stand for the target bucket: the fields that differ are
-    ones a fill may move (:func:`opgen.bucket_shapes.free_fields`) or cross (the spec's
-    ``dispatch.fill_across``: the source's case takes the target's value), and the point is legal
-    and within budget on the target's call nearest the source's case, and legal on its smallest."""
+    ones a fill may move (:func:`opgen.bucket_shapes.free_fields`) or cross (positions ``across``,
+    the spec's ``dispatch.fill_across``: the source's case takes the target's value), and the
+    point is legal and within budget on the target's call nearest the source's case, and legal on
+    its smallest."""
     if any(i not in free for i in bucketed if src[i] != target[i]):
         return False
-    crossed = {name: target[i] for i, name in enumerate(spec.dispatch.key)
-               if name in spec.dispatch.fill_across and src[i] != target[i]}
+    names = list(spec.dispatch.key)
+    crossed = {names[i]: target[i] for i in across if src[i] != target[i]}
     if crossed:
         rec = dataclasses.replace(rec, case={**rec.case, **crossed})
     where = f"fill of {target} from {src}"
