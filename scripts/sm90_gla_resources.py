@@ -43,17 +43,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
 
-    from sm90_resources import _TargetDriver, ptxas_usage
+    from sm90_resources import compile_for, ptxas_usage
 
-    if "nvidia" not in __import__("triton.backends", fromlist=["backends"]).backends:
-        raise SystemExit("this Triton has no NVIDIA backend (install triton with it, e.g. triton==3.6.0)")
-    driver.set_active(_TargetDriver(GPUTarget("cuda", int(args.arch), 32)))
-    ptxas = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
-    arch = args.arch + ("a" if args.arch == "90" else "")
+    ptxas, arch = compile_for(args.arch)
     dtype = getattr(torch, args.dtype)
     print(f"{'shape':<26} {'variant':<24} {'point':<34} {'regs':>5} {'spills':>7} {'smem':>7}")
     for shape_text in args.shape:

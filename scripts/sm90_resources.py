@@ -49,6 +49,24 @@ class _TargetDriver:
         return torch.device("cpu")
 
 
+def compile_for(cc: str) -> tuple[str, str]:
+    """Make Triton's JIT compile for NVIDIA compute capability ``cc`` (``"90"``) with no device:
+    the path of the ptxas Triton ships and the arch name it assembles for (``90a``).
+
+    Raises:
+        SystemExit: this Triton has no NVIDIA backend.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    if "nvidia" not in __import__("triton.backends", fromlist=["backends"]).backends:
+        raise SystemExit("this Triton has no NVIDIA backend (install triton with it, e.g. triton==3.6.0)")
+    driver.set_active(_TargetDriver(GPUTarget("cuda", int(cc), 32)))
+    ptxas = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+    return ptxas, cc + ("a" if cc == "90" else "")
+
+
 def value(text: str):
     """A --set value: int, bool or string."""
     if text in ("True", "False"):
@@ -106,15 +124,7 @@ def main() -> None:
     parser.add_argument("--sass", metavar="DIR", help="write each kernel's SASS there and print its instruction mix")
     args = parser.parse_args()
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    if "nvidia" not in __import__("triton.backends", fromlist=["backends"]).backends:
-        raise SystemExit("this Triton has no NVIDIA backend (install triton with it, e.g. triton==3.6.0)")
-    driver.set_active(_TargetDriver(GPUTarget("cuda", int(args.arch), 32)))
-    ptxas = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
-    arch = args.arch + ("a" if args.arch == "90" else "")
+    ptxas, arch = compile_for(args.arch)
 
     from mamba3_split_probe import case_row, default_point, inputs, kernel_name, outputs
 
