@@ -233,7 +233,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 _pull(storage, path, spec.op, chip.name)
             print(cross_report(spec, checks, args.cross_margin))
         if args.measure_fill:
-            from .measure_fill import FILL_HEADER, bucket_report, outrun_line, run_name
+            from .measure_fill import FILL_HEADER, bucket_candidates, bucket_report, outrun_line, run_name
 
             if shared:  # the winners of every host
                 _pull(storage, path, spec.op, chip.name)
@@ -246,7 +246,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                 print(outrun_line(o), flush=True)
             results = campaign.measure_fill(found, tuned, run, earlier, pending, left_out,
                                             lambda r: print(bucket_report(spec, r), flush=True))
-            if not results:
+            left = len(bucket_candidates(spec, chip, found, tuned, pending, left_out)) - len(results)
+            if left:
+                print(f"the campaign's time (--campaign-seconds) ran out: {left} buckets not measured; "
+                      "run the step again to measure them (the buckets measured are kept)")
+            elif not results:
                 print("no untuned bucket in the case set, or no tuned winner legal there")
             if shared:
                 _pull(storage, path, spec.op, chip.name)
@@ -526,7 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--storage", help="optuna storage: RDB URL or journal file (default .tune/)")
     tune_p.add_argument("--trials", type=int, default=40, help="measured points per study at most (0: no search)")
     tune_p.add_argument("--study-seconds", type=float, default=900.0)
-    tune_p.add_argument("--campaign-seconds", type=float, default=3 * 3600.0)
+    tune_p.add_argument("--campaign-seconds", type=float, default=3 * 3600.0,
+                        help="wall-clock budget of the run: the studies share it, and --measure-fill "
+                             "begins no bucket past it (a later run measures the rest)")
     tune_p.add_argument("--point-timeout", type=float, default=300.0,
                         help="seconds per point (points that timed out under a shorter one are measured again)")
     tune_p.add_argument("--warmup", type=int, default=5)

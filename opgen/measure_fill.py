@@ -198,7 +198,8 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
                  sink: Callable[[str, dict[str, Any]], None],
                  earlier: Mapping[Key, tuple[MeasureRecord, ...]] | None = None,
                  pending: Mapping[Key, Any] | None = None, left_out: Iterable[Outrun] = (),
-                 done: Callable[[FillMeasure], None] | None = None) -> list[FillMeasure]:
+                 done: Callable[[FillMeasure], None] | None = None,
+                 deadline: float | None = None) -> list[FillMeasure]:
     """On each bucket of ``buckets_`` that no winner holds, every candidate carried to the bucket
     (:func:`carried_point`: legal there and within budget on every case of the bucket), and the
     spec's default at the bucket's first case where it is no candidate's point and fits every
@@ -210,7 +211,10 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
     kept as it is: nothing is run or recorded there, so a measure step cut short resumes. The
     ``pending`` winners (:func:`opgen.table.pending_winners`) are candidates too, and their keys
     are measured as untuned ones. The points of ``left_out`` (:func:`outrun`) are measured on the
-    bucket they won alone. ``done`` is given each bucket's result as soon as it has one."""
+    bucket they won alone. ``done`` is given each bucket's result as soon as it has one. Past
+    ``deadline`` (``time.monotonic()``) no other bucket is measured (kept ones are still returned):
+    the results then hold fewer buckets than :func:`bucket_candidates` lists, and a later run
+    resumes with the rest."""
     import time
 
     out = []
@@ -220,6 +224,8 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
             out.append(kept)
             if done is not None:
                 done(kept)
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
             continue
         start = time.monotonic()
         failed = check([p for _, _, p in here], bucket)

@@ -175,10 +175,12 @@ class Campaign:
         """The measure step of the fill on the untuned buckets (:func:`opgen.measure_fill.measure_fill`,
         keeping the ``earlier`` runs that hold every candidate, with the ``pending`` winners as
         candidates and the ``left_out`` ones on their own bucket alone, ``done`` given each bucket's
-        result as it comes); the workers are closed again afterwards."""
+        result as it comes, no bucket begun past the campaign's deadline); the workers are closed
+        again afterwards."""
         try:
             return measure_fill_mod.measure_fill(self.spec, self.profile, buckets_, tuned, run, self.check,
-                                                 self.side_by_side, self.sink, earlier, pending, left_out, done)
+                                                 self.side_by_side, self.sink, earlier, pending, left_out, done,
+                                                 self.deadline)
         finally:
             self.close()
 

@@ -12,7 +12,10 @@
 #   measures the holdout's buckets into OUT_DIR/holdout_measure.jsonl for scripts/fill_oracle.py;
 #   WARM_PROCS: processes compiling the benchmark's kernels before it is timed, 0 by default;
 #   MEASURE_CASES: the case sets the step measure runs on, in turn, users_measure by default: the
-#   step measures the untuned buckets of each, so users_tune's buckets no search reached count too)
+#   step measures the untuned buckets of each, so users_tune's buckets no search reached count too;
+#   MEASURE_SECONDS: the step begins no bucket past this many seconds of each case set, so that the
+#   steps after it still run in a call of bounded time; the step bench_fla, in no default, times
+#   the bench_fla cases against FLA as the holdout is timed, into OUT_DIR/bench_bench_fla.*)
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
 devices=${DEVICES:-cuda:0,cuda:1}; steps=" ${STEPS:-tune nearest measure measured} "
@@ -26,21 +29,24 @@ keeper=$!
 trap 'kill $keeper 2>/dev/null; if [[ -f $records ]]; then cp "$records" "$out/"; fi' EXIT
 tune=(python3 -m opgen.cli tune chunk_gla_fwd_o_gk --chip h200 --point-timeout 60 --compile-workers 8
       --no-progress --devices "$devices" --storage .tune/h200-chunk_gla_fwd_o_gk.journal)
-bench() {  # the holdout part against FLA (exp2 gates, as FLA computes them), one table per step:
-    # both compiled first (FLA's autotuning configs too) by WARM_PROCS processes, one share each
+bench() {  # one case set against FLA (exp2 gates, as FLA computes them), one table per step: both
+    # compiled first (FLA's autotuning configs too) by WARM_PROCS processes, one share each, their
+    # logs in a folder of their own. Usage: bench STEP [CASES] (users_holdout by default)
+    local cases=${2:-users_holdout} name=bench_holdout_$1
+    if [[ $cases != users_holdout ]]; then name=bench_$cases; fi
     python3 -m opgen.cli build > "$out/build_$1.log" 2>&1 || { tail "$out/build_$1.log"; exit 1; }
-    local procs=${WARM_PROCS:-0} k pids=()
+    local procs=${WARM_PROCS:-0} k pids=() warm
+    warm=$(mktemp -d)
     for ((k = 0; k < procs; k++)); do
-        python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
+        python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases "$cases" --set use_exp2=true \
             --rounds 1 --warmup 0 --repeat 1 --device "${devices%%,*}" --shard "$k/$procs" \
-            > "$out/warm_$1_$k.log" 2>&1 &
+            > "$warm/$k.log" 2>&1 &
         pids+=($!)
     done
     if ((procs)); then wait "${pids[@]}"; fi  # the compiling processes only: the keeper runs to the end
-    python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases users_holdout --set use_exp2=true \
-        --devices "$devices" --json "$out/bench_holdout_$1.json" --output "$out/bench_holdout_$1.txt" \
-        > "$out/bench_holdout_$1.log" 2>&1
-    tail -3 "$out/bench_holdout_$1.log"
+    python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases "$cases" --set use_exp2=true \
+        --devices "$devices" --json "$out/$name.json" --output "$out/$name.txt" > "$out/$name.log" 2>&1
+    tail -3 "$out/$name.log"
 }
 if [[ $steps == *" tune "* ]]; then
     "${tune[@]}" --cases users_tune --trials "$trials" --study-seconds $((trials + 10)) --campaign-seconds "$seconds" \
@@ -54,11 +60,13 @@ fi
 if [[ $steps == *" nearest "* ]]; then bench nearest; fi
 if [[ $steps == *" measure "* ]]; then
     for cases in ${MEASURE_CASES:-users_measure}; do
-        "${tune[@]}" --cases "$cases" --trials 0 --measure-fill > "$out/measure_fill_$cases.log" 2>&1
+        "${tune[@]}" --cases "$cases" --trials 0 --measure-fill --campaign-seconds "${MEASURE_SECONDS:-10800}" \
+            > "$out/measure_fill_$cases.log" 2>&1
         tail -50 "$out/measure_fill_$cases.log"
     done
 fi
 if [[ $steps == *" measured "* ]]; then bench measured; fi
+if [[ $steps == *" bench_fla "* ]]; then bench bench_fla bench_fla; fi
 if [[ $steps == *" holdout_measure "* ]]; then  # the measure step on the holdout's own buckets, into
     # a copy of the records (the holdout stays unmeasured for the table), joined with the table
     cp "$records" "$out/holdout_measure.jsonl"

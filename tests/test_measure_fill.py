@@ -543,3 +543,34 @@ def test_the_measure_step_keeps_a_bucket_its_latest_run_covers_and_measures_the_
             (recs, {**pool, other.key: other})):  # a new winner since
         results, ran = rerun(earlier, with_pool)
         assert results[0].earlier == "" and {r["run"] for r in ran} == {"b"} and len(ran) == len(with_pool) + 1
+
+
+def test_the_measure_step_begins_no_bucket_past_its_deadline_and_a_later_run_measures_the_rest(gla, hashes):
+    import time
+
+    from opgen.hardware import profile
+    from opgen.measure_fill import bucket_candidates, earlier_runs, measure_fill
+    from opgen.plan import buckets
+
+    chip = profile("h200")
+    general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=64, V=256)
+    found = buckets(gla, [{**BASE, "K": 32}, {**BASE, "K": 128}])
+    pool = {general.key: general}
+    assert len(bucket_candidates(gla, chip, found, pool)) == 2
+
+    def run(name, deadline, earlier=()):
+        ran: list = []
+        results = measure_fill(gla, chip, found, pool, name, lambda points, bucket: {p: "" for p in points},
+                               lambda points, bucket: {p: 0.1 for p in points}, lambda kind, rec: ran.append(rec),
+                               earlier_runs(earlier, hashes), deadline=deadline)
+        return results, [records.MeasureRecord(op=OP, chip="h200", toolchain=TOOLS, kernel_hash=hashes[r["variant"]],
+                                               date="2026-12-01", **r) for r in ran]
+
+    results, ran = run("a", time.monotonic() - 1)
+    assert results == [] and ran == []
+    first, ran = run("a", time.monotonic() + 3600)
+    assert len(first) == 2 and {tuple(r.key) for r in ran} == {r.key for r in first}
+    # one bucket measured before the deadline: the next run keeps it and measures nothing past its own
+    one = [r for r in ran if tuple(r.key) == first[0].key]
+    results, again = run("b", time.monotonic() - 1, one)
+    assert [(r.key, r.earlier) for r in results] == [(first[0].key, "a")] and again == []
