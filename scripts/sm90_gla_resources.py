@@ -2,7 +2,7 @@
 registers, spill bytes and shared memory as ptxas reports them: what decides how many of its
 programs a multiprocessor holds.
 
-    python scripts/sm90_gla_resources.py [--variants fold_general_tiled fold_general_halves]
+    python scripts/sm90_gla_resources.py [--variants fold_general_tiled fold_vloop_tiled]
         [--shape K=48,V=96,chunk_size=64 ...] [--set BK=32,BV=128 BK=32,BV=64 ...]
         [--dtype float16] [--arch 90]
 
@@ -35,7 +35,7 @@ def _pairs(text: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", nargs="+", default=["fold_general_tiled", "fold_general_halves"])
+    parser.add_argument("--variants", nargs="+", default=["fold_general_tiled"])
     parser.add_argument("--shape", nargs="+", default=["K=48,V=96,chunk_size=64"])
     parser.add_argument("--set", nargs="+", default=["BK=32,BV=128", "BK=32,BV=64"])
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])

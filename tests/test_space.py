@@ -40,9 +40,8 @@ def test_variants_per_rendering(gla):
     cuda = [v.name for v in space.variants_for(gla, "cuda")]
     assert len(npu) == 20 and all(n.endswith("_persistent") for n in npu)
     # 4 scale paths x 5 shapes x 2 grids, the chunk-loop grids on fold and post without a V loop,
-    # the heads-first grid on fold and post for general and the V loops, and halves on fold and post general
-    assert len(cuda) == 64 and sum("_vloop_" in n for n in cuda) == 10 and sum("_vloop_" in n for n in npu) == 4
-    assert sorted(n for n in cuda if n.endswith("_halves")) == ["fold_general_halves", "post_general_halves"]
+    # the heads-first grid on fold and post for general and the V loops
+    assert len(cuda) == 62 and sum("_vloop_" in n for n in cuda) == 10 and sum("_vloop_" in n for n in npu) == 4
     assert sorted(n for n in cuda if n.endswith("_heads_first")) == [
         f"{path}_{shape}_heads_first" for path in ("fold", "post") for shape in ("general", "vloop2", "vloop")]
     # the descriptor grids: cuda only, general shape, fold and post
