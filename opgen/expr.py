@@ -4,8 +4,8 @@ A formula is parsed with :mod:`ast` and checked against a whitelist: literals, n
 arithmetic (``+ - * / // % **``), comparisons (including ``in``), ``and``/``or``/``not``, the
 conditional expression and calls of the functions in :data:`FUNCTIONS`. Attribute access,
 subscripts, lambdas, comprehensions and any other call are refused at parse time. A parsed
-formula evaluates by walking the checked tree and renders back to Python source for the
-generated dispatch code. Imports only :mod:`opgen.errors`.
+formula evaluates as the checked tree compiled, with no builtins and the whitelisted functions
+alone in its globals, and renders back to Python source for the generated dispatch code. Imports only :mod:`opgen.errors`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import ast
 import copy
 import inspect
 import math
-import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -67,19 +66,11 @@ _MAX_DEPTH = 64  # nesting of its syntax tree
 
 _BUILTINS = ("min", "max", "abs")  # generated modules call these without a definition
 
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-}
-_UNARY: dict[type, Callable[[Any], Any]] = {
-    ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
-}
+# The operators a formula may use; each evaluates as Python's own (``*`` and ``**`` through the
+# bounded helpers above).
+_BINOPS = frozenset({ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow})
+_CMPOPS = frozenset({ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn})
+_UNARY = frozenset({ast.USub, ast.UAdd, ast.Not})
 
 
 def _depth(node: ast.AST) -> int:
@@ -155,15 +146,20 @@ class Expr:
     names: tuple[str, ...]
     calls: tuple[str, ...]
     _tree: ast.Expression = field(repr=False, compare=False)
+    _code: Any = field(default=None, repr=False, compare=False)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """Evaluate against ``env``; an unknown name or a failing operation is an ExprError."""
         try:
-            return _eval(self._tree.body, env, self.source)
-        except ExprError:
-            raise
+            return eval(self._code, _GLOBALS, env)  # noqa: S307 - the checked tree of :func:`_compiled`
+        except NameError as exc:
+            raise ExprError(self.source, f"unknown name {exc.name!r} (known: {', '.join(sorted(env))})") from None
         except (ArithmeticError, TypeError, ValueError, RecursionError, MemoryError) as exc:
             raise ExprError(self.source, f"{type(exc).__name__}: {exc}") from None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its source (a code object does not pickle): parsed again on loading."""
+        return parse, (self.source,)
 
     def to_python(self) -> str:
         """Python source of the formula (for generated code); helpers keep their names, and
@@ -182,45 +178,38 @@ class _Bounded(ast.NodeTransformer):
         return node
 
 
-def _eval(node: ast.AST, env: Mapping[str, Any], source: str) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id not in env:
-            raise ExprError(source, f"unknown name {node.id!r} (known: {', '.join(sorted(env))})")
-        return env[node.id]
-    if isinstance(node, ast.Tuple | ast.List):
-        return tuple(_eval(e, env, source) for e in node.elts)
-    if isinstance(node, ast.BinOp):
-        left, right = _eval(node.left, env, source), _eval(node.right, env, source)
+# The compiled formulas' globals: the whitelisted functions and bounded operators under a prefix
+# (a name of ``env`` never shadows them), and no builtins.
+_PREFIX = "_opgen_"
+_GLOBALS: dict[str, Any] = {"__builtins__": {}, **{_PREFIX + k: f for k, f in FUNCTIONS.items()},
+                            **{_PREFIX + f.__name__: f for f in _BOUNDED.values()}}
+
+
+class _Compiled(ast.NodeTransformer):
+    """The checked tree as :func:`compile` runs it: calls and bounded operators go to the
+    prefixed helpers, lists become tuples."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        node.func = ast.Name(_PREFIX + node.func.id, ast.Load())  # type: ignore[union-attr]
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
         if type(node.op) in _BOUNDED:
-            return _BOUNDED[type(node.op)](left, right)
-        return _BINOPS[type(node.op)](left, right)
-    if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_eval(node.operand, env, source))
-    if isinstance(node, ast.BoolOp):
-        is_and = isinstance(node.op, ast.And)
-        value: Any = is_and
-        for sub in node.values:
-            value = _eval(sub, env, source)
-            if bool(value) != is_and:
-                return value
-        return value
-    if isinstance(node, ast.Compare):
-        left = _eval(node.left, env, source)
-        for op, comp in zip(node.ops, node.comparators):
-            right = _eval(comp, env, source)
-            if not _CMPOPS[type(op)](left, right):
-                return False
-            left = right
-        return True
-    if isinstance(node, ast.IfExp):
-        branch = node.body if _eval(node.test, env, source) else node.orelse
-        return _eval(branch, env, source)
-    if isinstance(node, ast.Call):
-        func = FUNCTIONS[node.func.id]  # type: ignore[union-attr]
-        return func(*(_eval(a, env, source) for a in node.args))
-    raise ExprError(source, f"{type(node).__name__} cannot be evaluated")  # unreachable
+            name = _PREFIX + _BOUNDED[type(node.op)].__name__
+            return ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
+        return node
+
+    def visit_List(self, node: ast.List) -> ast.AST:
+        self.generic_visit(node)
+        return ast.Tuple(node.elts, ast.Load())
+
+
+def _compiled(tree: ast.Expression, source: str) -> Any:
+    """The code object of a checked tree (:class:`_Compiled`)."""
+    body = _Compiled().visit(copy.deepcopy(tree))
+    return compile(ast.fix_missing_locations(body), f"<formula {source[:60]!r}>", "eval")
 
 
 def parse(source: str | int | float | bool) -> Expr:
@@ -248,7 +237,7 @@ def parse(source: str | int | float | bool) -> Expr:
     _check(tree, source, names, calls)
     calls |= {_GENERATED_BOUNDED[type(n.op)] for n in ast.walk(tree)
               if isinstance(n, ast.BinOp) and type(n.op) in _GENERATED_BOUNDED}
-    return Expr(source, tuple(sorted(names)), tuple(sorted(calls)), tree)
+    return Expr(source, tuple(sorted(names)), tuple(sorted(calls)), tree, _compiled(tree, source))
 
 
 def python_helpers(calls: set[str] | frozenset[str]) -> str:
