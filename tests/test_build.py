@@ -41,21 +41,18 @@ def test_two_builds_give_the_same_bytes(project, root_build):
     assert first == second
 
 
-def test_check_catches_a_hand_edit(project, capsys):
+def test_check_catches_a_hand_edit_and_a_stray_file_and_build_mends_both(project, capsys):
     table = project / "generated" / "chunk_gla_fwd_o_gk" / "table_h200.py"
-    table.write_text(table.read_text().replace("BUDGET = ", "BUDGET = 1 + "))
-    assert main(["--root", str(project), "build", "--check"]) == 1
-    err = capsys.readouterr().err  # the edited file alone (the copy is fresh otherwise)
-    assert "(1 files differ)" in err and "generated/chunk_gla_fwd_o_gk/table_h200.py" in err
-
-
-def test_check_catches_a_stray_file_and_build_removes_it(project, capsys):
+    fresh = table.read_text()
+    table.write_text(fresh.replace("BUDGET = ", "BUDGET = 1 + "))
     stray = project / "generated" / "chunk_gla_fwd_o_gk" / "kernels" / "npu" / "old_variant.py"
     stray.write_text("x = 1\n")
     assert main(["--root", str(project), "build", "--check"]) == 1
-    assert "old_variant.py" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the two files alone (the copy is fresh otherwise)
+    assert "(2 files differ)" in err and "generated/chunk_gla_fwd_o_gk/table_h200.py" in err
+    assert "old_variant.py" in err
     assert main(["--root", str(project), "build"]) == 0
-    assert not stray.exists()
+    assert not stray.exists() and table.read_text() == fresh
 
 
 def test_check_catches_a_spec_change(project):
@@ -105,8 +102,13 @@ def test_generated_package_never_imports_the_driver():
             assert banned not in text, (path, banned)
 
 
-def test_console_script_check_runs():
-    result = subprocess.run([sys.executable, "-m", "opgen.cli", "--root", str(ROOT), "build", "--check"],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "up to date" in result.stdout
+def test_console_script_builds_then_checks(tmp_path):
+    # the small project of the tuner's tests (the project's own tree is checked in-process above)
+    shutil.copytree(ROOT / "tests" / "toy_project", tmp_path, dirs_exist_ok=True)
+    shutil.rmtree(tmp_path / "generated", ignore_errors=True)
+    for args, exit_code, said in ((["build", "--check"], 1, "generated/ is stale"), (["build"], 0, "opgen build:"),
+                                  (["build", "--check"], 0, "up to date")):
+        result = subprocess.run([sys.executable, "-m", "opgen.cli", "--root", str(tmp_path), *args],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == exit_code, result.stderr
+        assert said in result.stdout + result.stderr
