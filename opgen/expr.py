@@ -5,7 +5,8 @@ arithmetic (``+ - * / // % **``), comparisons (including ``in``), ``and``/``or``
 conditional expression and calls of the functions in :data:`FUNCTIONS`. Attribute access,
 subscripts, lambdas, comprehensions and any other call are refused at parse time. A parsed
 formula evaluates as the checked tree compiled, with no builtins and the whitelisted functions
-alone in its globals, and renders back to Python source for the generated dispatch code. Imports only :mod:`opgen.errors`.
+alone in its globals, and renders back to Python source for the generated dispatch code.
+Imports only :mod:`opgen.errors`.
 """
 from __future__ import annotations
 
