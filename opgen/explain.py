@@ -104,6 +104,9 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
                 else "nearest")
             if found.measured is not None:
                 out["measured"] = {"ms": found.measured.ms, "run": found.measured.run}
+            narrowed = {n: [w.point[n], v] for n, v in found.point.items() if w.point.get(n) != v}
+            if narrowed:
+                out["clamped"] = narrowed  # tiles lowered to the bucket's largest call
         check = next((c for c in table.checks.current if c.key == key), None)
         if check is not None:
             out["cross_check"] = {"loss": check.loss, "margin": check.margin}
@@ -146,6 +149,9 @@ def text(result: Mapping[str, Any]) -> str:
         where = f"{where} {result['filled_from']}" if result["row"] == "filled" else "tuned in this bucket"
         lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured {w['date']} "
                      f"({w['flush']}-flush timing)")
+        if "clamped" in result:
+            moved = ", ".join(f"{n} {a} -> {b}" for n, (a, b) in result["clamped"].items())
+            lines.append(f"  clamped {moved} (tiles no wider than the bucket's largest call)")
         if "measured" in result:
             lines.append(f"  measure {result['measured']['ms']:.4f} ms here (run {result['measured']['run']})")
         if "cross_check" in result:

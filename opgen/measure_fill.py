@@ -22,7 +22,8 @@ from .hardware import ChipProfile
 from .keys import Key, key_text, sort_key
 from .plan import Bucket
 from .records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
-from .space import Point, point_id
+from .bucket_shapes import edge_params
+from .space import Point, carried_clamped, point_id
 from .spec import OpSpec
 
 
@@ -102,8 +103,9 @@ def outrun(spec: OpSpec, profile: ChipProfile, pool: list[tuple[Key, Point]],
             fastest = min(ran)
             times = {point_id(r.variant, r.point): r.ms for r in mine}
             params = evaluate_params(spec, case_inputs(spec, mine[0].case))
+            largest = edge_params(spec, mine[0].case, f"measure run {run}")
             for _, point in pool:
-                moved = carried_point_at(spec, profile, point, params)
+                moved = carried_point_at(spec, profile, point, params, largest)
                 if moved is not None and moved.ident in times:
                     ms = times[moved.ident]
                     best[point] = max(best.get(point, 0.0), 0.0 if ms is None else fastest / ms)
@@ -125,11 +127,11 @@ def current_measures(records: Iterable[Record],
     return {key: tuple(recs) for key, recs in out.items()}
 
 
-def carried_point_at(spec: OpSpec, profile: ChipProfile, point: Point, params: Mapping[str, Any]) -> Point | None:
-    """``point`` carried to one shape (:func:`opgen.space.carried`), or None where it is not legal there."""
-    from .space import carried
-
-    config = carried(spec, point.variant, point.config, params)
+def carried_point_at(spec: OpSpec, profile: ChipProfile, point: Point, params: Mapping[str, Any],
+                     largest: Mapping[str, Any]) -> Point | None:
+    """``point`` carried to one shape, its tiles clamped to ``largest``, the largest call of the
+    bucket it is to serve (:func:`opgen.space.carried_clamped`); None where that fails."""
+    config = carried_clamped(spec, profile, point.variant, point.config, params, largest)
     return None if config is None else Point.of(point.variant, config, spec.tunables_for(profile.backend))
 
 
@@ -262,13 +264,15 @@ def _kept(spec: OpSpec, profile: ChipProfile, bucket: Bucket, here: list[tuple[s
 
 
 def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Bucket) -> Point | None:
-    """A tuned winner's point carried to the bucket (:func:`opgen.space.carried`: the tunables its
-    variant fixes evaluated at the bucket's first case), if it may stand for the bucket from each
-    of its cases (:func:`opgen.table.serves_bucket`: legal and within budget there and on the
-    bucket's largest shape); None otherwise."""
+    """A tuned winner's point carried to the bucket (:func:`carried_point_at`: the tunables its
+    variant fixes evaluated at the bucket's first case, its tiles clamped to the bucket's largest
+    shape), if it may stand for the bucket from each of its cases
+    (:func:`opgen.table.serves_bucket`: legal and within budget there and on the bucket's largest
+    shape); None otherwise."""
     from .table import serves_bucket
 
-    moved = carried_point_at(spec, profile, point, bucket.params[0])
+    moved = carried_point_at(spec, profile, point, bucket.params[0],
+                             edge_params(spec, bucket.cases[0], f"bucket {bucket.key}"))
     if moved is None:
         return None
     return moved if all(serves_bucket(spec, profile, moved.variant, moved.config, case)

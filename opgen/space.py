@@ -199,6 +199,56 @@ def carried(spec: OpSpec, variant_name: str, config: Mapping[str, Any],
         return None
 
 
+def constraint_failed(spec: OpSpec, variant: str, point: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
+    """The first of the spec's constraints the point fails at ``params`` (its source), else None.
+    The constraints prune tiles wider than the dims they cover (``BV <= max(16, pow2(V))``): a
+    fill checks them on the target bucket's largest call, so that no filled row runs a tile
+    wider than every call it serves."""
+    env = {**params, **find_variant(spec, variant).flags, **point}
+    try:
+        return next((c.source for c in spec.constraints if not c.evaluate(env)), None)
+    except ExprError as exc:
+        return f"(does not evaluate: {exc})"
+
+
+def clamped(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
+            params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``point`` meeting the spec's constraints at ``params`` (a bucket's largest call): while a
+    constraint fails, the first integer tunable it reads that the variant does not fix and that
+    can be lowered to meet it takes the largest such value of its domain (tiles clamped to the
+    dims they cover: ``BV <= max(16, pow2(V))`` turns BV 128 into 64 at V = 64). None where no
+    lowering meets every constraint, or they do not evaluate. Each step lowers a value of a finite
+    domain, so the loop ends."""
+    flags = find_variant(spec, variant).flags
+    fixed = set(fixed_values(spec, find_variant(spec, variant), params))
+    out = dict(point)
+
+    def meets(constraint: Any, values: Mapping[str, Any]) -> bool:
+        return bool(constraint.evaluate({**params, **flags, **values}))
+
+    try:
+        while (failed := next((c for c in spec.constraints if not meets(c, out)), None)) is not None:
+            lower = [{**out, name: v} for name in failed.names
+                     if name in out and name not in fixed and type(out[name]) is int
+                     for v in sorted((v for v in spec.tunables[name].domain[chip.rendering]
+                                      if type(v) is int and v < out[name]), reverse=True)]
+            out = next((trial for trial in lower if meets(failed, trial)), None)
+            if out is None:
+                return None
+    except ExprError:
+        return None
+    return out
+
+
+def carried_clamped(spec: OpSpec, profile: ChipProfile, variant_name: str, config: Mapping[str, Any],
+                    params: Mapping[str, Any], largest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A point carried from one bucket to another as a fill or the measure step carries it: to
+    the shape of ``params`` (:func:`carried`), its tiles clamped to ``largest``, the largest call
+    of the bucket it serves (:func:`clamped`); None where either fails."""
+    config = carried(spec, variant_name, config, params)
+    return None if config is None else clamped(spec, profile, variant_name, config, largest)
+
+
 def budget_formula(spec: OpSpec, profile: ChipProfile) -> tuple[str, dict[str, Expr]] | None:
     """The ``(kind, {kernel: formula})`` checked on ``profile`` (kernel "" for a single formula),
     or None (no formula, or the interpreter, which has no on-chip memory and no launch options

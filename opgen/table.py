@@ -28,8 +28,8 @@ from .hardware import ChipProfile
 from .keys import Key, key_of, key_text, sort_key, split_key_field
 from .records import (CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, latest_measure_runs,
                       read)
-from .space import (budget_bytes, find_variant, fixed_values, is_legal, parse_point_name,
-                    point_id)
+from .space import (budget_bytes, carried_clamped, clamped, constraint_failed, find_variant, fixed_values, is_legal,
+                    parse_point_name, point_id)
 from .spec import OpSpec
 
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
@@ -150,11 +150,7 @@ def _point_problem(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: M
         if not any(type(value) is type(a) and value == a for a in allowed):
             what = f"the value {variant.name} fixes, {allowed[0]!r}" if name in fixed else f"its domain {allowed}"
             return f"{name} {value!r} is not in {what}"
-    env = {**params, **variant.flags, **rec.point}
-    try:
-        failed = next((c.source for c in spec.constraints if not c.evaluate(env)), None)
-    except ExprError as exc:
-        return f"its point does not evaluate the constraints: {exc}"
+    failed = constraint_failed(spec, rec.variant, rec.point, params)
     if failed is not None:
         return f"its point violates the constraint {failed}"
     if not rec.median_ms > 0:
@@ -484,7 +480,8 @@ def fill_measured(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRec
                 continue
             case = tuple(sorted(rec.case.items()))
             if case not in holders_at:
-                holders_at[case] = _carried_holders(spec, sources, tunables, params)
+                largest = edge_params(spec, rec.case, f"measured fill of {key}")
+                holders_at[case] = _carried_holders(spec, chip, sources, tunables, params, largest)
             owners = [k for k in holders_at[case].get(ident, ()) if sources[k].kernel_hash == rec.kernel_hash]
             if not owners:
                 continue
@@ -545,16 +542,15 @@ def run_shares(records: Iterable[Record],
     return out
 
 
-def _carried_holders(spec: OpSpec, tuned: Mapping[Key, WinnerRecord], tunables: Iterable[str],
-                     params: Mapping[str, Any]) -> dict[str, list[Key]]:
-    """The tuned keys by the identity of their winner's point carried to ``params``
-    (:func:`opgen.space.carried`), in key order: the points the measure step ran there."""
-    from .space import carried
-
+def _carried_holders(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], tunables: Iterable[str],
+                     params: Mapping[str, Any], largest: Mapping[str, Any]) -> dict[str, list[Key]]:
+    """The tuned keys by the identity of their winner's point carried to ``params``, its tiles
+    clamped to ``largest`` (:func:`opgen.space.carried_clamped`), in key order: the points the
+    measure step ran there."""
     holders: dict[str, list[Key]] = {}
     for key in sorted(tuned, key=sort_key):
         rec = tuned[key]
-        config = carried(spec, rec.variant, {n: rec.point[n] for n in tunables}, params)
+        config = carried_clamped(spec, chip, rec.variant, {n: rec.point[n] for n in tunables}, params, largest)
         if config is not None:
             holders.setdefault(point_id(rec.variant, config), []).append(key)
     return holders
@@ -574,7 +570,7 @@ def _filled(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
     bucket kept at it is nearer than any row (one pass of the nearest fill for both)."""
     sources = {**tuned, **stand_ins(measured.rows)}
     pairs = list(_nearest_sources(spec, chip, sources, None, frozenset(measured.kept)))
-    return measured.rows + _rows_of(spec, chip, sources, pairs), sum(1 for _, src in pairs if src not in sources)
+    return measured.rows + _rows_of(spec, chip, sources, pairs), sum(1 for _, src, _ in pairs if src not in sources)
 
 
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
@@ -614,12 +610,12 @@ def fill_nearest(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerReco
 
 
 def _rows_of(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
-             pairs: Iterable[tuple[Key, Key]]) -> list[Row]:
-    """The rows of the nearest fill's (target, source) pairs whose source is a row of ``tuned``
-    (the others leave their target to the default)."""
+             pairs: Iterable[tuple[Key, Key, Mapping[str, Any] | None]]) -> list[Row]:
+    """The rows of the nearest fill's (target, source, point) triples whose source is a row of
+    ``tuned`` (the others leave their target to the default)."""
     tunables = spec.tunables_for(chip.backend)
-    return [Row(target, tuned[src].variant, {n: tuned[src].point[n] for n in tunables}, tuned[src], src)
-            for target, src in pairs if src in tuned]
+    return [Row(target, tuned[src].variant, {n: point[n] for n in tunables}, tuned[src], src)
+            for target, src, point in pairs if src in tuned and point is not None]
 
 
 def default_source(spec: OpSpec, chip: ChipProfile, table: FrozenTable, key: Key) -> Key | None:
@@ -628,14 +624,15 @@ def default_source(spec: OpSpec, chip: ChipProfile, table: FrozenTable, key: Key
     such bucket does."""
     sources = {**{r.key: r.winner for r in table.rows if r.source is None},
                **stand_ins(r for r in table.rows if r.measured is not None)}
-    return next((src for target, src in _nearest_sources(spec, chip, sources, key, frozenset(table.kept))
+    return next((src for _, src, _ in _nearest_sources(spec, chip, sources, key, frozenset(table.kept))
                  if src not in sources), None)
 
 
 def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], only: Key | None,
-                     keep: frozenset[Key]) -> Iterable[tuple[Key, Key]]:
-    """(target, source) for each key the nearest fill decides (:func:`fill_nearest`): a key of
-    ``tuned`` whose row fills it, or a key of ``keep`` that leaves it to the default."""
+                     keep: frozenset[Key]) -> Iterable[tuple[Key, Key, dict[str, Any] | None]]:
+    """(target, source, point) for each key the nearest fill decides (:func:`fill_nearest`): a key
+    of ``tuned`` whose row fills it, with the source's point (its tiles clamped to the target's
+    dims, :func:`_fill_point`), or a key of ``keep`` that leaves it to the default (point None)."""
     fields_ = list(spec.dispatch.key.values())
     bucketed = [i for i, f in enumerate(fields_) if split_key_field(f)[1]]
     if not bucketed or not tuned:
@@ -675,10 +672,11 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
             if crossed and dist:
                 continue  # a crossed row fills its own buckets alone
             if src not in tuned:  # the default ran fastest on the nearest measured bucket
-                yield target, src
+                yield target, src, None
                 break
-            if _fill_fits(spec, chip, tuned[src], src, target, bucketed, free, across):
-                yield target, src
+            point = _fill_point(spec, chip, tuned[src], src, target, bucketed, free, across)
+            if point is not None:
+                yield target, src, point
                 break
 
 
@@ -699,15 +697,16 @@ def _nearest(bucketed: list[int], target: Key, across: Iterable[int] = ()) -> Ca
     return order
 
 
-def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
-               bucketed: list[int], free: Mapping[int, str | None], across: Iterable[int]) -> bool:
-    """Whether the source's point may stand for the target bucket: the fields that differ are
-    ones a fill may move (:func:`opgen.bucket_shapes.free_fields`) or cross (positions ``across``,
-    the spec's ``dispatch.fill_across``: the source's case takes the target's value), and the
-    point is legal and within budget on the target's call nearest the source's case, and legal on
-    its smallest."""
+def _fill_point(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
+                bucketed: list[int], free: Mapping[int, str | None], across: Iterable[int]) -> dict[str, Any] | None:
+    """The source's point as it may stand for the target bucket, or None: the fields that differ
+    are ones a fill may move (:func:`opgen.bucket_shapes.free_fields`) or cross (positions
+    ``across``, the spec's ``dispatch.fill_across``: the source's case takes the target's value);
+    its tiles are clamped to the target's largest call (:func:`clamped`: BV 128 tuned at V = 96
+    runs BV 64 at V <= 64), and the point is legal and within budget on the target's call nearest
+    the source's case, and legal on its smallest."""
     if any(i not in free for i in bucketed if src[i] != target[i]):
-        return False
+        return None
     names = list(spec.dispatch.key)
     crossed = {names[i]: target[i] for i in across if src[i] != target[i]}
     if crossed:
@@ -715,5 +714,11 @@ def _fill_fits(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, tar
     where = f"fill of {target} from {src}"
     params = bucket_corner(spec, rec.case, where, target, "case")
     if params is None:
-        return False  # no call of the spec lands on the target near the source's case
-    return fits_case(spec, chip, rec, params) and legal_across(spec, rec.variant, rec.case, where, target)
+        return None  # no call of the spec lands on the target near the source's case
+    point = clamped(spec, chip, rec.variant, rec.point, bucket_corner(spec, rec.case, where, target, "high") or params)
+    if point is None or not (point_fits(spec, chip, rec.variant, point, params)
+                             and legal_across(spec, rec.variant, rec.case, where, target)):
+        return None
+    return point
+
+    return None

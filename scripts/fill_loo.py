@@ -25,7 +25,8 @@ from opgen.hardware import profile  # noqa: E402
 from opgen.kernels import kernel_hashes  # noqa: E402
 from opgen.keys import sort_key  # noqa: E402
 from opgen.records import latest_measure_runs, record_path  # noqa: E402
-from opgen.space import carried, case_inputs, evaluate_params, point_id  # noqa: E402
+from opgen.bucket_shapes import edge_params  # noqa: E402
+from opgen.space import carried_clamped, case_inputs, evaluate_params, point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
 from opgen.table import (fill_measured, leave_one_out_fill, read_keyed, run_shares, split_winners,  # noqa: E402
                          stand_ins)
@@ -53,7 +54,7 @@ def main() -> int:
         params = evaluate_params(spec, case_inputs(spec, runs[key][0].case))
         variant, point, source = leave_one_out_fill(spec, chip, {**tuned, **stand_ins(rows.values())}, key, params,
                                                     keep=frozenset() if args.no_kept else frozenset(measured.kept))
-        config = carried(spec, variant, point, params)
+        config = carried_clamped(spec, chip, variant, point, params, edge_params(spec, runs[key][0].case, 'fill_loo'))
         ident = None if config is None else point_id(variant, config)
         found = [share for (_, i), share in shares.get(key, {}).items() if i == ident]
         ratio = 1 / min(found) if found else None

@@ -5,9 +5,9 @@
 
 """Frozen dispatch table of chunk_gla_fwd_o_gk on h200.
 
-24 tuned rows (26 distinct configs), 3852 more bucket combinations filled: 53 with the tuned point
-measured fastest there, the others from the nearest tuned bucket (as 481 ranges), 21 more left to
-the spec's default, measured fastest there (and 1479 unmeasured ones nearer to such a bucket than
+24 tuned rows (49 distinct configs), 3822 more bucket combinations filled: 51 with the tuned point
+measured fastest there, the others from the nearest tuned bucket (as 533 ranges), 23 more left to
+the spec's default, measured fastest there (and 1507 unmeasured ones nearer to such a bucket than
 to any row), 0 stale records not frozen; measured buckets whose winner's search never ran the
 point measured fastest there, left to the measure step: 11.
 Cross-check: 24 of 24 tuned rows checked against their leave-one-out fill; worst loss 30.3% at
@@ -31,24 +31,60 @@ BUCKETED = (4, 5, 6, 7)  # positions in KEY that hold bucket indices
 # name -> (variant, tunables): each distinct config of the table once
 CONFIGS = {
     'fold_general_tiled/1': ('fold_general_tiled', {
+        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/10': ('fold_general_tiled', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/11': ('fold_general_tiled', {
+        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/12': ('fold_general_tiled', {
+        'BK': 32, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/13': ('fold_general_tiled', {
+        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/14': ('fold_general_tiled', {
+        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/2': ('fold_general_tiled', {
         'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_general_tiled/2': ('fold_general_tiled', {
+    'fold_general_tiled/3': ('fold_general_tiled', {
         'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
         'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_general_tiled/3': ('fold_general_tiled', {
+    'fold_general_tiled/4': ('fold_general_tiled', {
         'BK': 32, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
         'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 3, 'occupancy': 1,
     }),
-    'fold_general_tiled/4': ('fold_general_tiled', {
+    'fold_general_tiled/5': ('fold_general_tiled', {
         'BK': 64, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_general_tiled/5': ('fold_general_tiled', {
+    'fold_general_tiled/6': ('fold_general_tiled', {
+        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 3, 'occupancy': 1,
+    }),
+    'fold_general_tiled/7': ('fold_general_tiled', {
+        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 3, 'occupancy': 1,
+    }),
+    'fold_general_tiled/8': ('fold_general_tiled', {
         'BK': 32, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
         'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tiled/9': ('fold_general_tiled', {
+        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
     'fold_general_tma/1': ('fold_general_tma', {
         'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
@@ -58,59 +94,107 @@ CONFIGS = {
         'BK': 128, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
         'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
+    'fold_general_tma/3': ('fold_general_tma', {
+        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 2, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tma/4': ('fold_general_tma', {
+        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_general_tma/5': ('fold_general_tma', {
+        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
     'fold_vloop2_tiled/1': ('fold_vloop2_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 8, 'num_stages': 2, 'occupancy': 1,
     }),
     'fold_vloop2_tiled/2': ('fold_vloop2_tiled', {
         'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 8, 'num_stages': 1, 'occupancy': 1,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 8, 'num_stages': 2, 'occupancy': 1,
     }),
     'fold_vloop2_tiled/3': ('fold_vloop2_tiled', {
+        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
+    }),
+    'fold_vloop2_tiled/4': ('fold_vloop2_tiled', {
+        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 8, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop2_tiled/5': ('fold_vloop2_tiled', {
         'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
+    }),
+    'fold_vloop2_tiled/6': ('fold_vloop2_tiled', {
+        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 8, 'num_stages': 1, 'occupancy': 1,
     }),
     'fold_vloop_tiled/1': ('fold_vloop_tiled', {
         'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
     }),
-    'fold_vloop_tiled/2': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/3': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/4': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/5': ('fold_vloop_tiled', {
-        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/6': ('fold_vloop_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/7': ('fold_vloop_tiled', {
+    'fold_vloop_tiled/10': ('fold_vloop_tiled', {
         'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
-    'fold_vloop_tiled/8': ('fold_vloop_tiled', {
+    'fold_vloop_tiled/11': ('fold_vloop_tiled', {
         'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
+    'fold_vloop_tiled/12': ('fold_vloop_tiled', {
+        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/2': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/3': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/4': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/5': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/6': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/7': ('fold_vloop_tiled', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/8': ('fold_vloop_tiled', {
+        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'fold_vloop_tiled/9': ('fold_vloop_tiled', {
+        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
     'post_general_tiled/1': ('post_general_tiled', {
+        'BK': 32, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
+    }),
+    'post_general_tiled/2': ('post_general_tiled', {
         'BK': 64, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
     }),
     'post_general_tma/1': ('post_general_tma', {
-        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 2, 'num_stages': 1, 'occupancy': 1,
     }),
     'post_general_tma/2': ('post_general_tma', {
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 2, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'post_general_tma/3': ('post_general_tma', {
         'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
         'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
@@ -127,12 +211,20 @@ CONFIGS = {
         'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
     'post_vloop_tiled/2': ('post_vloop_tiled', {
-        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
     'post_vloop_tiled/3': ('post_vloop_tiled', {
+        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'post_vloop_tiled/4': ('post_vloop_tiled', {
         'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
         'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
+    }),
+    'post_vloop_tiled/5': ('post_vloop_tiled', {
+        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
+        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
     }),
 }
 
@@ -141,115 +233,110 @@ TUNED = {
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks in (2048, 16384], median 0.0296 ms (writing flush), smem_bytes 20480 (reported 12288),
     # tuned 2026-12-01
-    ('bfloat16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/1',
+    ('bfloat16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/2',
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
     # tasks <= 256, median 0.0114 ms, smem_bytes 163840 (reported 94208), tuned 2026-12-03
-    ('bfloat16', 32, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/1',
+    ('bfloat16', 32, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/2',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0370 ms (writing flush), smem_bytes 57344 (reported 32768),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, False, 1, 1, 1, 1): 'post_vloop_tiled/2',
+    ('bfloat16', 64, False, False, 1, 1, 1, 1): 'post_vloop_tiled/3',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks in (2048, 16384], median 0.1915 ms (writing flush), smem_bytes 57344 (reported 40960),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, False, 1, 3, 1, 2): 'fold_vloop_tiled/2',
+    ('bfloat16', 64, False, False, 1, 3, 1, 2): 'fold_vloop_tiled/4',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], median 0.0638 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, False, 2, 2, 1, 1): 'post_vloop_tiled/3',
+    ('bfloat16', 64, False, False, 2, 2, 1, 1): 'post_vloop_tiled/4',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0676 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/4',
+    ('bfloat16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/5',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1005 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, False, 3, 4, 1, 1): 'post_vloop_tiled/3',
+    ('bfloat16', 64, False, False, 3, 4, 1, 1): 'post_vloop_tiled/4',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1385 ms (writing flush), smem_bytes 40960 (reported 32768),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, False, 3, 5, 1, 1): 'fold_general_tiled/5',
+    ('bfloat16', 64, False, False, 3, 5, 1, 1): 'fold_general_tiled/8',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0195 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03
-    ('bfloat16', 64, False, False, 4, 1, 1, 1): 'fold_vloop2_tiled/3',
+    ('bfloat16', 64, False, False, 4, 1, 1, 1): 'fold_vloop2_tiled/5',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
     # tasks <= 256, median 0.0135 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03
-    ('bfloat16', 64, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/2',
+    ('bfloat16', 64, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/4',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks <= 256, median 0.0267 ms, smem_bytes 229376 (reported 147456), tuned 2026-12-03
     ('bfloat16', 64, False, False, 4, 6, 1, 0): 'post_vloop2_tiled/2',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], median 0.2206 ms, smem_bytes 69632 (reported 69632), tuned 2026-12-03
-    ('bfloat16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/3',
+    ('bfloat16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/4',
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0242 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01
-    ('bfloat16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/4',
+    ('bfloat16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/5',
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V in (96, 128], align > 1,
     # tasks <= 256, median 0.0153 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03
-    ('bfloat16', 64, True, True, 4, 3, 1, 0): 'fold_vloop2_tiled/2',
+    ('bfloat16', 64, True, True, 4, 3, 1, 0): 'fold_vloop2_tiled/4',
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks in (2048, 16384], median 0.0303 ms (writing flush), smem_bytes 20480 (reported 8192),
     # tuned 2026-12-01
-    ('float16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/2',
+    ('float16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/3',
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (192, 256], align > 1,
     # tasks <= 256, median 0.0242 ms, smem_bytes 196608 (reported 92160), tuned 2026-12-03
     ('float16', 32, False, False, 4, 5, 1, 0): 'post_vloop2_tiled/1',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0356 ms (writing flush), smem_bytes 139264 (reported 40960),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 1, 1, 1, 1): 'fold_vloop_tiled/3',
+    ('float16', 64, False, False, 1, 1, 1, 1): 'fold_vloop_tiled/5',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks in (2048, 16384], median 0.1929 ms (writing flush), smem_bytes 81920 (reported 32768),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 1, 3, 1, 2): 'post_general_tiled/1',
+    ('float16', 64, False, False, 1, 3, 1, 2): 'post_general_tiled/2',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], median 0.0668 ms (writing flush), smem_bytes 40960 (reported 32768),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 2, 2, 1, 1): 'fold_general_tiled/5',
+    ('float16', 64, False, False, 2, 2, 1, 1): 'fold_general_tiled/8',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0674 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/4',
+    ('float16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/5',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1021 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 3, 4, 1, 1): 'fold_vloop_tiled/7',
+    ('float16', 64, False, False, 3, 4, 1, 1): 'fold_vloop_tiled/10',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1316 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01
-    ('float16', 64, False, False, 3, 5, 1, 1): 'fold_vloop_tiled/8',
+    ('float16', 64, False, False, 3, 5, 1, 1): 'fold_vloop_tiled/11',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], median 0.1981 ms, smem_bytes 40960 (reported 32768), tuned 2026-12-03
-    ('float16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/5',
+    ('float16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/8',
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0242 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01
-    ('float16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/4',
+    ('float16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/5',
 }
 
 # (plain fields of KEY, (first, last) bucket index per field of BUCKETED, config): the other
 # bucket combinations, each served by the tuned point measured fastest there (marked "measured
 # fastest here") or else by the nearest tuned row that is legal and fits there
 FILL = (
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align any, tasks <= 256
-    (('bfloat16', 32, False, False), ((0, 0), (0, 0), (0, 1), (0, 0)), 'fold_general_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align <= 1, tasks > 256
-    (('bfloat16', 32, False, False), ((0, 0), (0, 0), (0, 0), (1, 3)), 'fold_general_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align > 1,
-    # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 32, False, False), ((0, 0), (0, 0), (1, 1), (1, 1)), 'fold_general_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 96, align > 1,
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((0, 0), (0, 2), (1, 1), (2, 2)), 'fold_general_tiled/1'),
+    (('bfloat16', 32, False, False), ((0, 0), (0, 0), (0, 1), (2, 2)), 'fold_general_tiled/1'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align <= 1, tasks > 16384
+    (('bfloat16', 32, False, False), ((0, 0), (0, 0), (0, 0), (3, 3)), 'fold_general_tiled/1'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align > 1, tasks > 16384
     (('bfloat16', 32, False, False), ((0, 0), (0, 0), (1, 1), (3, 3)), 'post_general_tma/1'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 96], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((0, 0), (1, 2), (0, 1), (2, 2)), 'fold_general_tiled/1'),
+    (('bfloat16', 32, False, False), ((0, 0), (1, 2), (0, 1), (2, 2)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/1'),
+    (('bfloat16', 32, False, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V > 64, align <= 1, tasks > 16384
     (('bfloat16', 32, False, False), ((0, 0), (2, 6), (0, 0), (3, 3)), 'fold_vloop_tiled/1'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 128], align > 1,
@@ -265,750 +352,804 @@ FILL = (
     (('bfloat16', 32, False, False), ((0, 0), (5, 6), (1, 1), (3, 3)), 'fold_vloop_tiled/1'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K any, V > 256, align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((0, 5), (6, 6), (0, 0), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((0, 5), (6, 6), (0, 0), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align <= 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((0, 0), (6, 6), (0, 0), (2, 2)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((0, 0), (6, 6), (0, 0), (2, 2)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 64, V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((0, 1), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((0, 1), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((0, 0), (6, 6), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, False, False), ((0, 0), (6, 6), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
     (('bfloat16', 32, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align <= 1,
-    # tasks > 256
-    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (0, 0), (1, 3)), 'fold_vloop_tiled/2'),
+    # tasks in (256, 16384]
+    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (0, 0), (1, 2)), 'fold_vloop_tiled/2'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align <= 1,
+    # tasks > 16384
+    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (0, 0), (3, 3)), 'fold_vloop_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks in (256, 2048], measured fastest here
     (('bfloat16', 32, False, False), ((1, 1), (0, 0), (1, 1), (1, 1)), 'fold_vloop_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 128], V <= 32, align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((1, 3), (0, 0), (1, 1), (2, 2)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((1, 3), (0, 0), (1, 1), (2, 2)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks > 16384, measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (1, 1), (3, 3)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (32, 192], align <= 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((1, 1), (1, 4), (0, 0), (3, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 1), (1, 4), (0, 0), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((1, 1), (1, 1), (1, 1), (3, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 1), (1, 1), (1, 1), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 128], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((1, 1), (2, 3), (0, 1), (2, 2)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 1), (2, 3), (0, 1), (2, 2)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 1), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    (('bfloat16', 32, False, False), ((1, 1), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align > 1,
     # tasks > 16384, measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (2, 2), (1, 1), (3, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 1), (2, 2), (1, 1), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (96, 192], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((1, 1), (3, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 1), (3, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 128, align <= 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((1, 1), (4, 6), (0, 0), (2, 2)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, False, False), ((1, 1), (4, 6), (0, 0), (2, 2)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (128, 256], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((1, 1), (4, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, False, False), ((1, 1), (4, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 32, V > 192, align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 5), (5, 6), (0, 0), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 5), (5, 6), (0, 0), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 192, align any,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((1, 1), (5, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, False, False), ((1, 1), (5, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 32, V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 5), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 5), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 32, V > 256, align <= 1, tasks <= 2048
-    (('bfloat16', 32, False, False), ((1, 5), (6, 6), (0, 0), (0, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((1, 5), (6, 6), (0, 0), (0, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 64, V <= 32, align > 1, tasks > 16384
-    (('bfloat16', 32, False, False), ((2, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((2, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((2, 2), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/1'),
+    (('bfloat16', 32, False, False), ((2, 2), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V in (64, 128], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((2, 3), (2, 3), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((2, 3), (2, 3), (1, 1), (3, 3)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V > 96, align <= 1,
     # tasks > 256
-    (('bfloat16', 32, False, False), ((2, 3), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 3), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V in (96, 256], align > 1,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, False), ((2, 3), (3, 5), (1, 1), (1, 2)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 3), (3, 5), (1, 1), (1, 2)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V > 128, align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((2, 3), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 3), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V > 192, align <= 1,
     # tasks any
-    (('bfloat16', 32, False, False), ((2, 3), (5, 6), (0, 0), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 3), (5, 6), (0, 0), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V in (192, 256], align > 1,
     # tasks any
-    (('bfloat16', 32, False, False), ((2, 3), (5, 5), (1, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 3), (5, 5), (1, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('bfloat16', 32, False, False), ((2, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 32, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 64, V > 256, align > 1, tasks > 2048
-    (('bfloat16', 32, False, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (32, 128], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((3, 3), (1, 3), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((3, 3), (1, 3), (1, 1), (3, 3)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((3, 3), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, False, False), ((3, 3), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 96, V > 256, align > 1, tasks <= 256
-    (('bfloat16', 32, False, False), ((3, 5), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((3, 5), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks > 256
-    (('bfloat16', 32, False, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 256, align <= 1,
-    # tasks <= 256
-    (('bfloat16', 32, False, False), ((4, 4), (0, 5), (0, 0), (0, 0)), 'fold_vloop2_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 192, align <= 1,
-    # tasks > 256
-    (('bfloat16', 32, False, False), ((4, 4), (0, 4), (0, 0), (1, 3)), 'fold_vloop2_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 96, align > 1,
-    # tasks <= 256
-    (('bfloat16', 32, False, False), ((4, 4), (0, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 64, align > 1,
-    # tasks in (256, 16384]
-    (('bfloat16', 32, False, False), ((4, 4), (0, 1), (1, 1), (1, 2)), 'fold_vloop2_tiled/1'),
-    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (32, 192], align > 1,
+    (('bfloat16', 32, False, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 32, align any,
+    # tasks <= 16384
+    (('bfloat16', 32, False, False), ((4, 4), (0, 0), (0, 1), (0, 2)), 'fold_vloop2_tiled/1'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 32, align <= 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((4, 4), (1, 4), (1, 1), (3, 3)), 'fold_vloop2_tiled/1'),
+    (('bfloat16', 32, False, False), ((4, 4), (0, 0), (0, 0), (3, 3)), 'fold_vloop2_tiled/1'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (32, 256], align <= 1,
+    # tasks <= 256
+    (('bfloat16', 32, False, False), ((4, 4), (1, 5), (0, 0), (0, 0)), 'fold_vloop2_tiled/2'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (32, 192], align <= 1,
+    # tasks > 256
+    (('bfloat16', 32, False, False), ((4, 4), (1, 4), (0, 0), (1, 3)), 'fold_vloop2_tiled/2'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (32, 96], align > 1,
+    # tasks <= 256
+    (('bfloat16', 32, False, False), ((4, 4), (1, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
+    # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align > 1,
+    # tasks > 256
+    (('bfloat16', 32, False, False), ((4, 4), (1, 1), (1, 1), (1, 3)), 'fold_vloop2_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (64, 192], align > 1,
     # tasks > 2048
-    (('bfloat16', 32, False, False), ((4, 4), (2, 4), (1, 1), (2, 3)), 'fold_vloop2_tiled/1'),
+    (('bfloat16', 32, False, False), ((4, 4), (2, 4), (1, 1), (2, 3)), 'fold_vloop2_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, False, False), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks > 256
-    (('bfloat16', 32, False, False), ((4, 4), (3, 3), (1, 1), (1, 3)), 'fold_vloop2_tiled/1'),
+    (('bfloat16', 32, False, False), ((4, 4), (3, 3), (1, 1), (1, 3)), 'fold_vloop2_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (128, 192], align > 1,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((4, 4), (4, 4), (1, 1), (0, 0)), 'fold_vloop2_tiled/1'),
+    (('bfloat16', 32, False, False), ((4, 4), (4, 4), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 128, V > 192, align any, tasks > 2048
-    (('bfloat16', 32, False, False), ((4, 5), (5, 6), (0, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((4, 5), (5, 6), (0, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (192, 256], align > 1,
     # tasks <= 256
     (('bfloat16', 32, False, False), ((4, 4), (5, 5), (1, 1), (0, 0)), 'post_vloop2_tiled/1'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, False, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 256, V <= 32, align > 1, tasks > 2048
-    (('bfloat16', 32, False, False), ((5, 5), (0, 0), (1, 1), (2, 3)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((5, 5), (0, 0), (1, 1), (2, 3)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 256, V in (32, 128], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((5, 5), (1, 3), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('bfloat16', 32, False, False), ((5, 5), (1, 3), (1, 1), (3, 3)), 'post_general_tma/2'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 256, V > 96, align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, False), ((5, 5), (3, 6), (0, 1), (1, 2)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((5, 5), (3, 6), (0, 1), (1, 2)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 256, V > 96, align <= 1, tasks > 16384
-    (('bfloat16', 32, False, False), ((5, 5), (3, 6), (0, 0), (3, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((5, 5), (3, 6), (0, 0), (3, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 256, V > 128, align > 1, tasks > 16384
-    (('bfloat16', 32, False, False), ((5, 5), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((5, 5), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 256, V > 192, align any, tasks any
-    (('bfloat16', 32, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (2048, 16384]
     (('bfloat16', 32, False, True), ((3, 3), (3, 3), (1, 1), (2, 2)), 'post_vloop_tiled/1'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 64, align <= 1, tasks <= 256
-    (('bfloat16', 32, True, False), ((0, 0), (2, 6), (0, 0), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((0, 0), (2, 6), (0, 0), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V in (64, 256], align > 1,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((0, 0), (2, 5), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((0, 0), (2, 5), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 96, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((0, 0), (3, 6), (0, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((0, 0), (3, 6), (0, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 128, align any, tasks > 2048
-    (('bfloat16', 32, True, False), ((0, 0), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((0, 0), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256,
     # measured fastest here
-    (('bfloat16', 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 96, align <= 1,
     # tasks <= 2048
-    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (0, 0), (0, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (0, 0), (0, 1)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 96, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (1, 1), (1, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (0, 2), (1, 1), (1, 1)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (32, 96], align > 1,
     # tasks <= 2048
-    (('bfloat16', 32, True, False), ((1, 1), (1, 2), (1, 1), (0, 1)), 'fold_vloop_tiled/4'),
+    (('bfloat16', 32, True, False), ((1, 1), (1, 2), (1, 1), (0, 1)), 'fold_vloop_tiled/6'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 192, align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((1, 1), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((1, 1), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 192, align <= 1,
     # tasks > 256
-    (('bfloat16', 32, True, False), ((1, 1), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((1, 1), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks > 256
-    (('bfloat16', 32, True, False), ((1, 1), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((1, 1), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, True, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 96], V > 256, align > 1,
     # tasks > 2048
-    (('bfloat16', 32, True, False), ((1, 2), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((1, 2), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 256, align any, tasks any
-    (('bfloat16', 32, True, False), ((2, 2), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((2, 2), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (128, 256], V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 32, True, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V any, align any, tasks any
-    (('bfloat16', 32, True, True), ((0, 0), (0, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V <= 192, align <= 1,
+    (('bfloat16', 32, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V <= 32, align any, tasks any
+    (('bfloat16', 32, True, True), ((0, 0), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/6'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 64], align any, tasks any
+    (('bfloat16', 32, True, True), ((0, 0), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/7'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V > 64, align any, tasks any
+    (('bfloat16', 32, True, True), ((0, 0), (2, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V <= 32, align any, tasks any
+    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (0, 1), (0, 3)), 'fold_vloop_tiled/7'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 192], align <= 1,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((1, 1), (0, 4), (0, 0), (0, 0)), 'fold_vloop_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V <= 128, align any,
+    (('bfloat16', 32, True, True), ((1, 1), (1, 4), (0, 0), (0, 0)), 'fold_vloop_tiled/5'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 128], align any,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((1, 1), (0, 3), (0, 1), (1, 3)), 'fold_vloop_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V <= 32, align > 1, tasks any
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (1, 1), (0, 3)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 1), (1, 3), (0, 1), (1, 3)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 64], align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 32, True, True), ((1, 1), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 1), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (64, 128], align > 1,
     # tasks any
-    (('bfloat16', 32, True, True), ((1, 1), (2, 3), (1, 1), (0, 3)), 'fold_vloop_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 1), (2, 3), (1, 1), (0, 3)), 'fold_vloop_tiled/5'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 32, V > 128, align <= 1, tasks > 256
-    (('bfloat16', 32, True, True), ((1, 5), (4, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 5), (4, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('bfloat16', 32, True, True), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 32, V in (128, 256], align > 1,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((1, 5), (4, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 5), (4, 5), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 32, V > 192, align any, tasks <= 256
-    (('bfloat16', 32, True, True), ((1, 5), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 5), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 96], V > 256, align > 1,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((1, 2), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V any, align any, tasks <= 256
-    (('bfloat16', 32, True, True), ((2, 5), (0, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V any, align <= 1, tasks > 256
-    (('bfloat16', 32, True, True), ((2, 5), (0, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V <= 32, align > 1, tasks > 256
-    (('bfloat16', 32, True, True), ((2, 5), (0, 0), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((1, 2), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V <= 32, align any, tasks any
+    (('bfloat16', 32, True, True), ((2, 5), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/6'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V in (32, 64], align any,
+    # tasks <= 256
+    (('bfloat16', 32, True, True), ((2, 5), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/7'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V in (32, 64], align <= 1,
+    # tasks > 256
+    (('bfloat16', 32, True, True), ((2, 5), (1, 1), (0, 0), (1, 3)), 'fold_general_tiled/7'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align > 1,
     # tasks in (256, 2048]
     (('bfloat16', 32, True, True), ((2, 2), (1, 1), (1, 1), (1, 1)), 'fold_general_tma/1'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V > 32, align > 1, tasks > 2048
-    (('bfloat16', 32, True, True), ((2, 5), (1, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V in (32, 64], align > 1,
+    # tasks > 2048
+    (('bfloat16', 32, True, True), ((2, 5), (1, 1), (1, 1), (2, 3)), 'fold_general_tiled/7'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V > 64, align any, tasks <= 256
+    (('bfloat16', 32, True, True), ((2, 5), (2, 6), (0, 1), (0, 0)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V > 64, align <= 1, tasks > 256
+    (('bfloat16', 32, True, True), ((2, 5), (2, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V in (64, 256], align > 1,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((2, 5), (2, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V in (32, 256], align > 1,
-    # tasks > 256
-    (('bfloat16', 32, True, True), ((3, 5), (1, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((2, 5), (2, 5), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V in (32, 64], align > 1, tasks > 256
+    (('bfloat16', 32, True, True), ((3, 5), (1, 1), (1, 1), (1, 3)), 'fold_general_tiled/7'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (96, 128], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 32, True, True), ((3, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((3, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V > 256, align > 1, tasks > 2048
+    (('bfloat16', 32, True, True), ((3, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 128, V > 256, align > 1, tasks > 256
-    (('bfloat16', 32, True, True), ((4, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 32, True, True), ((4, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V <= 32, align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((0, 0), (0, 0), (1, 1), (2, 2)), 'post_general_tma/2'),
+    (('bfloat16', 64, False, False), ((0, 0), (0, 0), (1, 1), (2, 2)), 'post_general_tma/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('bfloat16', 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 64, align any,
+    (('bfloat16', 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 2048
-    (('bfloat16', 64, False, False), ((1, 1), (0, 1), (0, 1), (0, 1)), 'post_vloop_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 192, align <= 1,
+    (('bfloat16', 64, False, False), ((1, 1), (0, 0), (0, 1), (0, 1)), 'post_vloop_tiled/2'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 32, align <= 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((1, 1), (0, 4), (0, 0), (2, 3)), 'fold_vloop_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 192, align > 1,
+    (('bfloat16', 64, False, False), ((1, 1), (0, 0), (0, 0), (2, 3)), 'fold_vloop_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((1, 1), (0, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (0, 0), (1, 1), (3, 3)), 'fold_vloop_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align any,
+    # tasks <= 2048
+    (('bfloat16', 64, False, False), ((1, 1), (1, 1), (0, 1), (0, 1)), 'post_vloop_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 192], align <= 1,
+    # tasks > 2048
+    (('bfloat16', 64, False, False), ((1, 1), (1, 4), (0, 0), (2, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((1, 1), (1, 1), (1, 1), (2, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (1, 1), (1, 1), (2, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((1, 1), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((1, 1), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((1, 1), (2, 2), (0, 0), (1, 1)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((1, 1), (2, 2), (0, 0), (1, 1)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 2), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((1, 2), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 128], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 1), (2, 3), (1, 1), (2, 2)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (2, 3), (1, 1), (2, 2)), 'fold_vloop_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 192], align > 1,
+    # tasks > 16384
+    (('bfloat16', 64, False, False), ((1, 1), (2, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align any,
     # tasks any
-    (('bfloat16', 64, False, False), ((1, 1), (3, 3), (0, 1), (0, 3)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (3, 3), (0, 1), (0, 3)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 128, align <= 1,
     # tasks <= 2048
-    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 0), (0, 1)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 0), (0, 1)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 2048
-    (('bfloat16', 64, False, False), ((1, 1), (4, 4), (1, 1), (0, 1)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (4, 4), (1, 1), (0, 1)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (128, 256], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((1, 1), (4, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (4, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 192, align <= 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((1, 1), (5, 6), (0, 0), (2, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (5, 6), (0, 0), (2, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 192, align > 1,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((1, 1), (5, 6), (1, 1), (3, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (5, 6), (1, 1), (3, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (0, 0)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (0, 0)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (2, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (2, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V <= 96, align any,
+    # tasks > 256
+    (('bfloat16', 64, False, False), ((2, 2), (0, 2), (0, 1), (1, 3)), 'post_vloop_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (32, 96], align any,
     # tasks any
-    (('bfloat16', 64, False, False), ((2, 2), (0, 2), (0, 1), (0, 3)), 'post_vloop_tiled/3'),
+    (('bfloat16', 64, False, False), ((2, 2), (1, 2), (0, 1), (0, 3)), 'post_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (96, 128], align any,
     # tasks any
-    (('bfloat16', 64, False, False), ((2, 3), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, False, False), ((2, 3), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (128, 192], align any,
     # tasks any
-    (('bfloat16', 64, False, False), ((2, 3), (4, 4), (0, 1), (0, 3)), 'post_vloop_tiled/3'),
+    (('bfloat16', 64, False, False), ((2, 3), (4, 4), (0, 1), (0, 3)), 'post_vloop_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (192, 256], align any,
     # tasks any
-    (('bfloat16', 64, False, False), ((2, 3), (5, 5), (0, 1), (0, 3)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((2, 3), (5, 5), (0, 1), (0, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 64, V > 256, align <= 1, tasks > 256
-    (('bfloat16', 64, False, False), ((2, 5), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 64, False, False), ((2, 5), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 64, V > 256, align > 1, tasks > 2048
-    (('bfloat16', 64, False, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 128, align any,
+    (('bfloat16', 64, False, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align any,
+    # tasks > 256
+    (('bfloat16', 64, False, False), ((3, 3), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/9'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((3, 3), (0, 3), (0, 1), (0, 0)), 'fold_general_tiled/4'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 128, align <= 1,
+    (('bfloat16', 64, False, False), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/5'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((3, 3), (0, 3), (0, 0), (1, 3)), 'fold_general_tiled/4'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 64, align > 1,
-    # tasks > 256
-    (('bfloat16', 64, False, False), ((3, 3), (0, 1), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, False, False), ((3, 3), (2, 3), (0, 0), (1, 3)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 256], align > 1,
     # tasks in (256, 2048]
     (('bfloat16', 64, False, False), ((3, 3), (2, 5), (1, 1), (1, 1)), 'fold_general_tma/2'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((3, 3), (2, 3), (1, 1), (2, 3)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, False, False), ((3, 3), (2, 3), (1, 1), (2, 3)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V > 256, align any,
     # tasks any
-    (('bfloat16', 64, False, False), ((3, 3), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V <= 96, align <= 1,
-    # tasks <= 256
-    (('bfloat16', 64, False, False), ((4, 4), (0, 2), (0, 0), (0, 0)), 'fold_vloop2_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V <= 64, align any,
+    (('bfloat16', 64, False, False), ((3, 3), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V <= 32, align any,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((4, 4), (0, 1), (0, 1), (1, 3)), 'fold_vloop2_tiled/3'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V <= 32, align > 1,
-    # tasks <= 256, measured fastest here
-    (('bfloat16', 64, False, False), ((4, 4), (0, 0), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 96], align > 1,
+    (('bfloat16', 64, False, False), ((4, 4), (0, 0), (0, 1), (1, 3)), 'fold_vloop2_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 96], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((4, 4), (1, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
+    (('bfloat16', 64, False, False), ((4, 4), (1, 2), (0, 1), (0, 0)), 'fold_vloop2_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align any,
+    # tasks > 256
+    (('bfloat16', 64, False, False), ((4, 4), (1, 1), (0, 1), (1, 3)), 'fold_vloop2_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 192], align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((4, 5), (2, 4), (0, 0), (1, 3)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 5), (2, 4), (0, 0), (1, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 96], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((4, 5), (2, 2), (1, 1), (1, 3)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 5), (2, 2), (1, 1), (1, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (96, 128], align <= 1,
     # tasks any
-    (('bfloat16', 64, False, False), ((4, 5), (3, 3), (0, 0), (0, 3)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 5), (3, 3), (0, 0), (0, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (96, 192], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((4, 4), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, False, False), ((4, 4), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((4, 4), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 4), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (96, 128], align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((4, 5), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 5), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 128, align <= 1,
     # tasks <= 256
     (('bfloat16', 64, False, False), ((4, 4), (4, 6), (0, 0), (0, 0)), 'post_vloop2_tiled/2'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (128, 192], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((4, 5), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 5), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 128, align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((4, 4), (4, 6), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('bfloat16', 64, False, False), ((4, 4), (4, 6), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (128, 192], align > 1,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((4, 5), (4, 4), (1, 1), (3, 3)), 'fold_general_tiled/5'),
+    (('bfloat16', 64, False, False), ((4, 5), (4, 4), (1, 1), (3, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V > 192, align any, tasks > 256
-    (('bfloat16', 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 192, align > 1,
     # tasks <= 256
     (('bfloat16', 64, False, False), ((4, 4), (5, 6), (1, 1), (0, 0)), 'post_vloop2_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V <= 192, align any, tasks any
-    (('bfloat16', 64, False, False), ((5, 5), (0, 4), (0, 1), (0, 3)), 'fold_general_tiled/5'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V in (32, 64], align any,
+    # tasks > 256
+    (('bfloat16', 64, False, False), ((5, 5), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V in (64, 192], align any,
+    # tasks any
+    (('bfloat16', 64, False, False), ((5, 5), (2, 4), (0, 1), (0, 3)), 'fold_general_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V > 192, align any, tasks any
-    (('bfloat16', 64, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
+    (('bfloat16', 64, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align any, tasks <= 256
-    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align <= 1, tasks > 256
-    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (96, 192], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 3)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 192, align > 1, tasks > 2048
-    (('bfloat16', 64, False, True), ((0, 0), (5, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (5, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 256, align > 1, tasks > 256
-    (('bfloat16', 64, False, True), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_vloop_tiled/5'),
+    (('bfloat16', 64, False, True), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_vloop_tiled/8'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 32, V in (96, 128], align any, tasks any
-    (('bfloat16', 64, False, True), ((1, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, False, True), ((1, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 128, align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((1, 1), (4, 6), (0, 1), (0, 0)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, True), ((1, 1), (4, 6), (0, 1), (0, 0)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 128, align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((1, 1), (4, 6), (0, 0), (1, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, True), ((1, 1), (4, 6), (0, 0), (1, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V in (128, 192], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((1, 1), (4, 4), (1, 1), (1, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, True), ((1, 1), (4, 4), (1, 1), (1, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, True), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, True), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 192, align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, True), ((1, 1), (5, 6), (1, 1), (2, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, True), ((1, 1), (5, 6), (1, 1), (2, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 256, align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((1, 1), (6, 6), (1, 1), (1, 3)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, False, True), ((1, 1), (6, 6), (1, 1), (1, 3)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/6'),
+    (('bfloat16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 64, V > 64, align any, tasks any
-    (('bfloat16', 64, False, True), ((2, 5), (2, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
-    # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 96, V any, align any, tasks any
-    (('bfloat16', 64, False, True), ((3, 5), (0, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, False, True), ((2, 5), (2, 6), (0, 1), (0, 3)), 'fold_general_tiled/5'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 96, V <= 32, align any, tasks any
+    (('bfloat16', 64, False, True), ((3, 5), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/10'),
+    # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 96, V in (32, 64], align any, tasks any
+    (('bfloat16', 64, False, True), ((3, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/9'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K any, V > 128, align <= 1, tasks any
-    (('bfloat16', 64, True, False), ((0, 5), (4, 6), (0, 0), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((0, 5), (4, 6), (0, 0), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V in (128, 256], align > 1,
     # tasks any
-    (('bfloat16', 64, True, False), ((0, 0), (4, 5), (1, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((0, 0), (4, 5), (1, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256,
     # measured fastest here
-    (('bfloat16', 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 128, V > 256, align > 1, tasks > 256
-    (('bfloat16', 64, True, False), ((0, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((0, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 32, V in (128, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((1, 5), (4, 5), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((1, 5), (4, 5), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'post_vloop_tiled/2'),
+    (('bfloat16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'post_vloop_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 32, V > 128, align > 1, tasks > 16384
-    (('bfloat16', 64, True, False), ((1, 5), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((1, 5), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 64, True, False), ((1, 1), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((1, 1), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 32, V > 192, align > 1, tasks > 2048
-    (('bfloat16', 64, True, False), ((1, 5), (5, 6), (1, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((1, 5), (5, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 32, V > 256, align > 1, tasks <= 256
-    (('bfloat16', 64, True, False), ((1, 5), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((1, 5), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 64, V > 128, align > 1, tasks <= 256
-    (('bfloat16', 64, True, False), ((2, 5), (4, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((2, 5), (4, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 64, V > 128, align > 1, tasks > 2048
-    (('bfloat16', 64, True, False), ((2, 5), (4, 6), (1, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((2, 5), (4, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('bfloat16', 64, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 256, V > 256, align > 1, tasks > 256
-    (('bfloat16', 64, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V any, align <= 1, tasks any
-    (('bfloat16', 64, True, True), ((0, 3), (0, 6), (0, 0), (0, 3)), 'fold_general_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V <= 64, align > 1, tasks any
-    (('bfloat16', 64, True, True), ((0, 3), (0, 1), (1, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V <= 32, align any, tasks any
+    (('bfloat16', 64, True, True), ((0, 3), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/11'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V > 32, align <= 1, tasks any
+    (('bfloat16', 64, True, True), ((0, 3), (1, 6), (0, 0), (0, 3)), 'fold_general_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V in (32, 64], align > 1, tasks any
+    (('bfloat16', 64, True, True), ((0, 3), (1, 1), (1, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (64, 256], align > 1, tasks any
-    (('bfloat16', 64, True, True), ((0, 0), (2, 5), (1, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, True), ((0, 0), (2, 5), (1, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V > 256, align > 1, tasks <= 256,
     # measured fastest here
-    (('bfloat16', 64, True, True), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, True), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V > 256, align > 1, tasks > 256
-    (('bfloat16', 64, True, True), ((0, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, True), ((0, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 64], V in (64, 96], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((1, 1), (2, 2), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('bfloat16', 64, True, True), ((1, 1), (2, 2), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 128], V > 64, align > 1,
     # tasks > 256
-    (('bfloat16', 64, True, True), ((1, 3), (2, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, True), ((1, 3), (2, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 32, V in (96, 128], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((1, 5), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, True), ((1, 5), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 128], V > 128, align > 1, tasks any
-    (('bfloat16', 64, True, True), ((1, 3), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('bfloat16', 64, True, True), ((1, 3), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 128], V > 64, align > 1, tasks any
-    (('bfloat16', 64, True, True), ((2, 3), (2, 6), (1, 1), (0, 3)), 'fold_general_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V any, align any, tasks any
-    (('bfloat16', 64, True, True), ((4, 4), (0, 6), (0, 1), (0, 3)), 'fold_vloop2_tiled/2'),
-    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 256, V any, align any, tasks any
-    (('bfloat16', 64, True, True), ((5, 5), (0, 6), (0, 1), (0, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V <= 64, align <= 1, tasks > 256
-    (('float16', 32, False, False), ((0, 0), (0, 1), (0, 0), (1, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align > 1,
-    # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 0), (0, 0), (1, 1), (1, 1)), 'fold_general_tiled/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V <= 128, align > 1, tasks > 2048
-    (('float16', 32, False, False), ((0, 0), (0, 3), (1, 1), (2, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
+    (('bfloat16', 64, True, True), ((2, 3), (2, 6), (1, 1), (0, 3)), 'fold_general_tiled/3'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V <= 32, align any,
+    # tasks any
+    (('bfloat16', 64, True, True), ((4, 4), (0, 0), (0, 1), (0, 3)), 'fold_vloop2_tiled/6'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V > 32, align any, tasks any
+    (('bfloat16', 64, True, True), ((4, 4), (1, 6), (0, 1), (0, 3)), 'fold_vloop2_tiled/4'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 256, V <= 32, align any, tasks any
+    (('bfloat16', 64, True, True), ((5, 5), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/11'),
+    # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 256, V > 32, align any, tasks any
+    (('bfloat16', 64, True, True), ((5, 5), (1, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align <= 1, tasks > 256
+    (('float16', 32, False, False), ((0, 0), (0, 0), (0, 0), (1, 3)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V <= 64, align > 1,
+    # tasks in (2048, 16384]
+    (('float16', 32, False, False), ((0, 0), (0, 1), (1, 1), (2, 2)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V <= 32, align > 1, tasks > 16384
+    (('float16', 32, False, False), ((0, 0), (0, 0), (1, 1), (3, 3)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 256
-    (('float16', 32, False, False), ((0, 0), (1, 1), (1, 1), (1, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 96, V in (64, 96], align <= 1,
+    (('float16', 32, False, False), ((0, 0), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 2), (2, 2), (0, 0), (1, 1)), 'fold_general_tiled/4'),
+    (('float16', 32, False, False), ((0, 0), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/12'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 128], align any,
     # tasks > 2048
-    (('float16', 32, False, False), ((0, 0), (2, 3), (0, 1), (2, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 96], align > 1,
-    # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 0), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    (('float16', 32, False, False), ((0, 0), (2, 3), (0, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 96, V in (128, 192], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 2), (4, 4), (0, 0), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((0, 2), (4, 4), (0, 0), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 128, align <= 1, tasks > 2048
-    (('float16', 32, False, False), ((0, 0), (4, 6), (0, 0), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((0, 0), (4, 6), (0, 0), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 64, V in (128, 192], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 1), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((0, 1), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (128, 256], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((0, 0), (4, 5), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((0, 0), (4, 5), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks > 16384
     (('float16', 32, False, False), ((0, 0), (4, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/1'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 192, align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 0), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((0, 0), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 64, V > 192, align > 1, tasks > 16384
-    (('float16', 32, False, False), ((0, 1), (5, 6), (1, 1), (3, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((0, 1), (5, 6), (1, 1), (3, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 32, False, False), ((0, 0), (6, 6), (1, 1), (2, 2)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 96, align <= 1,
+    (('float16', 32, False, False), ((0, 0), (6, 6), (1, 1), (2, 2)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 1), (0, 2), (0, 0), (1, 1)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K > 32, V <= 64, align <= 1, tasks > 16384
-    (('float16', 32, False, False), ((1, 5), (0, 1), (0, 0), (3, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((1, 1), (0, 0), (0, 0), (1, 1)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K > 32, V <= 32, align <= 1, tasks > 16384
+    (('float16', 32, False, False), ((1, 5), (0, 0), (0, 0), (3, 3)), 'fold_general_tiled/1'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks in (256, 2048]
     (('float16', 32, False, False), ((1, 1), (0, 0), (1, 1), (1, 1)), 'fold_vloop_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V <= 32, align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((1, 2), (0, 0), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('float16', 32, False, False), ((1, 2), (0, 0), (1, 1), (3, 3)), 'post_general_tma/2'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align <= 1,
+    # tasks in (256, 2048]
+    (('float16', 32, False, False), ((1, 1), (1, 1), (0, 0), (1, 1)), 'fold_general_tiled/9'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K > 32, V in (32, 64], align <= 1,
+    # tasks > 16384
+    (('float16', 32, False, False), ((1, 5), (1, 1), (0, 0), (3, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((1, 1), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((1, 1), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/2'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (64, 96], align <= 1,
+    # tasks in (256, 2048]
+    (('float16', 32, False, False), ((1, 2), (2, 2), (0, 0), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((1, 1), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/4'),
+    (('float16', 32, False, False), ((1, 1), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/5'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (64, 128], align <= 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((1, 2), (2, 3), (0, 0), (3, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((1, 2), (2, 3), (0, 0), (3, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, False, False), ((1, 1), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    (('float16', 32, False, False), ((1, 1), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((1, 1), (2, 2), (1, 1), (3, 3)), 'fold_vloop_tiled/2'),
+    (('float16', 32, False, False), ((1, 1), (2, 2), (1, 1), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (96, 128], align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((1, 2), (3, 3), (1, 1), (3, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((1, 2), (3, 3), (1, 1), (3, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (128, 192], align any,
     # tasks > 2048
-    (('float16', 32, False, False), ((1, 2), (4, 4), (0, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((1, 2), (4, 4), (0, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 2), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((1, 2), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 192, align <= 1,
     # tasks > 2048
-    (('float16', 32, False, False), ((1, 1), (5, 6), (0, 0), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((1, 1), (5, 6), (0, 0), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks > 2048
-    (('float16', 32, False, False), ((1, 1), (5, 5), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((1, 1), (5, 5), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((1, 1), (6, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/3'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V <= 64, align <= 1,
+    (('float16', 32, False, False), ((1, 1), (6, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/5'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V <= 32, align <= 1,
     # tasks > 256
-    (('float16', 32, False, False), ((2, 2), (0, 1), (0, 0), (1, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 2), (0, 0), (0, 0), (1, 3)), 'fold_general_tiled/1'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 128], V <= 32, align > 1,
     # tasks in (256, 16384]
-    (('float16', 32, False, False), ((2, 3), (0, 0), (1, 1), (1, 2)), 'post_general_tma/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
+    (('float16', 32, False, False), ((2, 3), (0, 0), (1, 1), (1, 2)), 'post_general_tma/2'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks in (256, 16384]
-    (('float16', 32, False, False), ((2, 2), (1, 1), (1, 1), (1, 2)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 2), (1, 1), (0, 1), (1, 2)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
     # tasks > 16384, measured fastest here
-    (('float16', 32, False, False), ((2, 2), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 2), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 128], V in (64, 128], align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((2, 3), (2, 3), (0, 0), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((2, 3), (2, 3), (0, 0), (2, 2)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    (('float16', 32, False, False), ((2, 2), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 128], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((2, 2), (2, 3), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((2, 2), (2, 3), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 128], align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((2, 2), (2, 3), (1, 1), (3, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 2), (2, 3), (1, 1), (3, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 256], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (3, 5), (0, 0), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((2, 2), (3, 5), (0, 0), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((2, 2), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (128, 192], align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 2), (4, 4), (0, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((2, 2), (4, 4), (0, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (128, 192], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, False, False), ((2, 2), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((2, 2), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 128], V > 192, align <= 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 3), (5, 6), (0, 0), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 3), (5, 6), (0, 0), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (192, 256], align any,
     # tasks > 2048
-    (('float16', 32, False, False), ((2, 2), (5, 5), (0, 1), (2, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((2, 2), (5, 5), (0, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 256], V in (192, 256], align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 4), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 4), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align <= 1,
     # tasks > 256
-    (('float16', 32, False, False), ((2, 2), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 2), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks > 2048
-    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V <= 128, align <= 1, tasks <= 256
-    (('float16', 32, False, False), ((3, 5), (0, 3), (0, 0), (0, 0)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V <= 128, align <= 1,
+    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/2'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V <= 32, align <= 1, tasks <= 256
+    (('float16', 32, False, False), ((3, 5), (0, 0), (0, 0), (0, 0)), 'fold_general_tiled/6'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V <= 32, align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((3, 3), (0, 3), (0, 0), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (0, 0), (0, 0), (2, 2)), 'fold_general_tiled/6'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V <= 32, align > 1,
     # tasks <= 16384
-    (('float16', 32, False, False), ((3, 3), (0, 0), (1, 1), (0, 2)), 'post_general_tma/1'),
+    (('float16', 32, False, False), ((3, 3), (0, 0), (1, 1), (0, 2)), 'post_general_tma/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384, measured fastest here
-    (('float16', 32, False, False), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (32, 64], align > 1,
+    (('float16', 32, False, False), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/2'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 5), (1, 1), (1, 1), (0, 0)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align > 1,
+    (('float16', 32, False, False), ((3, 5), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/7'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((3, 3), (1, 1), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/7'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (32, 64], align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((3, 5), (1, 1), (1, 1), (3, 3)), 'post_general_tma/1'),
+    (('float16', 32, False, False), ((3, 5), (1, 1), (1, 1), (3, 3)), 'post_general_tma/2'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (64, 128], align <= 1,
+    # tasks <= 256
+    (('float16', 32, False, False), ((3, 5), (2, 3), (0, 0), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align any,
     # tasks > 16384
-    (('float16', 32, False, False), ((3, 3), (2, 3), (0, 1), (3, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (2, 3), (0, 1), (3, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 3), (2, 3), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (2, 3), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 32, False, False), ((3, 3), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks > 2048
-    (('float16', 32, False, False), ((3, 3), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V > 192, align <= 1, tasks > 256
-    (('float16', 32, False, False), ((3, 5), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 5), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (192, 256], align > 1,
     # tasks > 256
-    (('float16', 32, False, False), ((3, 5), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 5), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 3), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, False, False), ((3, 3), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks > 256
-    (('float16', 32, False, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V <= 64, align > 1, tasks <= 256
-    (('float16', 32, False, False), ((4, 5), (0, 1), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V <= 32, align > 1, tasks <= 256
+    (('float16', 32, False, False), ((4, 5), (0, 0), (1, 1), (0, 0)), 'fold_general_tiled/6'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V <= 32, align > 1, tasks > 2048
-    (('float16', 32, False, False), ((4, 5), (0, 0), (1, 1), (2, 3)), 'post_general_tma/1'),
+    (('float16', 32, False, False), ((4, 5), (0, 0), (1, 1), (2, 3)), 'post_general_tma/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((4, 4), (2, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/1'),
+    (('float16', 32, False, False), ((4, 4), (2, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 32, False, False), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (128, 256], align any,
     # tasks <= 256
     (('float16', 32, False, False), ((4, 4), (4, 5), (0, 1), (0, 0)), 'post_vloop2_tiled/1'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V > 256, align any, tasks <= 256
-    (('float16', 32, False, False), ((4, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((4, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, False, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V > 256, align > 1, tasks > 2048
-    (('float16', 32, False, False), ((4, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((4, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 256, V in (64, 128], align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((5, 5), (2, 3), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, False, False), ((5, 5), (2, 3), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 256, V > 192, align any, tasks any
-    (('float16', 32, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V <= 128, align any,
+    (('float16', 32, False, False), ((5, 5), (5, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V <= 32, align any,
+    # tasks > 256
+    (('float16', 32, False, True), ((2, 3), (0, 0), (0, 1), (1, 3)), 'post_vloop_tiled/5'),
+    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (32, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((2, 3), (0, 3), (0, 1), (1, 1)), 'post_vloop_tiled/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V any, align <= 1,
+    (('float16', 32, False, True), ((2, 3), (1, 3), (0, 1), (1, 1)), 'post_vloop_tiled/1'),
+    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V > 32, align <= 1,
     # tasks > 2048
-    (('float16', 32, False, True), ((2, 3), (0, 6), (0, 0), (2, 3)), 'post_vloop_tiled/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V <= 96, align > 1,
+    (('float16', 32, False, True), ((2, 3), (1, 6), (0, 0), (2, 3)), 'post_vloop_tiled/1'),
+    # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (32, 96], align > 1,
     # tasks > 2048
-    (('float16', 32, False, True), ((2, 3), (0, 2), (1, 1), (2, 3)), 'post_vloop_tiled/1'),
+    (('float16', 32, False, True), ((2, 3), (1, 2), (1, 1), (2, 3)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 96, align > 1,
     # tasks > 2048
     (('float16', 32, False, True), ((2, 2), (3, 6), (1, 1), (2, 3)), 'post_vloop_tiled/1'),
-    # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V <= 128, align any,
+    # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V <= 32, align any, tasks any
+    (('float16', 32, False, True), ((3, 3), (0, 0), (0, 1), (0, 3)), 'post_vloop_tiled/5'),
+    # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (32, 128], align any,
     # tasks <= 2048
-    (('float16', 32, False, True), ((3, 3), (0, 3), (0, 1), (0, 1)), 'post_vloop_tiled/1'),
+    (('float16', 32, False, True), ((3, 3), (1, 3), (0, 1), (0, 1)), 'post_vloop_tiled/1'),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (2048, 16384], measured fastest here
     (('float16', 32, False, True), ((3, 3), (3, 3), (1, 1), (2, 2)), 'post_vloop_tiled/1'),
@@ -1018,111 +1159,115 @@ FILL = (
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V > 128, align any,
     # tasks > 256
     (('float16', 32, False, True), ((3, 3), (4, 6), (0, 1), (1, 3)), 'post_vloop_tiled/1'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V <= 96, align <= 1, tasks any
-    (('float16', 32, True, False), ((0, 5), (0, 2), (0, 0), (0, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V <= 128, align > 1, tasks <= 2048
-    (('float16', 32, True, False), ((0, 0), (0, 3), (1, 1), (0, 1)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V <= 96, align > 1, tasks > 16384
-    (('float16', 32, True, False), ((0, 5), (0, 2), (1, 1), (3, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V in (32, 96], align > 1, tasks > 2048
-    (('float16', 32, True, False), ((0, 5), (1, 2), (1, 1), (2, 3)), 'fold_general_tiled/2'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V <= 32, align <= 1, tasks any
+    (('float16', 32, True, False), ((0, 5), (0, 0), (0, 0), (0, 3)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V <= 32, align > 1, tasks <= 2048
+    (('float16', 32, True, False), ((0, 0), (0, 0), (1, 1), (0, 1)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V <= 32, align > 1, tasks > 16384
+    (('float16', 32, True, False), ((0, 5), (0, 0), (1, 1), (3, 3)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V in (32, 96], align any, tasks <= 256
+    (('float16', 32, True, False), ((0, 5), (1, 2), (0, 1), (0, 0)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K any, V in (32, 96], align <= 1, tasks > 256
+    (('float16', 32, True, False), ((0, 5), (1, 2), (0, 0), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K <= 128, V in (32, 96], align > 1,
+    # tasks > 256
+    (('float16', 32, True, False), ((0, 3), (1, 2), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (96, 128], align any, tasks any
-    (('float16', 32, True, False), ((0, 0), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((0, 0), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V > 128, align <= 1, tasks any
-    (('float16', 32, True, False), ((0, 0), (4, 6), (0, 0), (0, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((0, 0), (4, 6), (0, 0), (0, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (128, 256], align > 1,
     # tasks any
-    (('float16', 32, True, False), ((0, 0), (4, 5), (1, 1), (0, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((0, 0), (4, 5), (1, 1), (0, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256
-    (('float16', 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks > 256
-    (('float16', 32, True, False), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks <= 256
-    (('float16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/4'),
+    (('float16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/6'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 32, V <= 32, align > 1, tasks > 256
-    (('float16', 32, True, False), ((1, 5), (0, 0), (1, 1), (1, 3)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K > 32, V in (32, 96], align > 1,
-    # tasks <= 256
-    (('float16', 32, True, False), ((1, 5), (1, 2), (1, 1), (0, 0)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 128], V in (32, 96], align > 1,
-    # tasks > 256
-    (('float16', 32, True, False), ((1, 3), (1, 2), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((1, 5), (0, 0), (1, 1), (1, 3)), 'fold_general_tiled/11'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 96, align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((1, 1), (3, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/3'),
+    (('float16', 32, True, False), ((1, 1), (3, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/5'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 96, align <= 1,
     # tasks > 256
-    (('float16', 32, True, False), ((1, 1), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/3'),
+    (('float16', 32, True, False), ((1, 1), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/5'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (96, 256], align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((1, 1), (3, 5), (1, 1), (1, 3)), 'fold_vloop_tiled/3'),
+    (('float16', 32, True, False), ((1, 1), (3, 5), (1, 1), (1, 3)), 'fold_vloop_tiled/5'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/3'),
+    (('float16', 32, True, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/5'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks > 2048
-    (('float16', 32, True, False), ((1, 1), (6, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/3'),
-    # dtype=float16, BT=32, big_scale=True, H1=False, K > 64, V <= 128, align > 1, tasks <= 256
-    (('float16', 32, True, False), ((2, 5), (0, 3), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((1, 1), (6, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/5'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K > 64, V <= 32, align > 1, tasks any
+    (('float16', 32, True, False), ((2, 5), (0, 0), (1, 1), (0, 3)), 'fold_general_tiled/11'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 64, V in (96, 128], align any, tasks any
-    (('float16', 32, True, False), ((2, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((2, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 64, V > 128, align <= 1, tasks any
-    (('float16', 32, True, False), ((2, 5), (4, 6), (0, 0), (0, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((2, 5), (4, 6), (0, 0), (0, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 128, align > 1, tasks any
-    (('float16', 32, True, False), ((2, 2), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((2, 2), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V in (128, 256], align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((3, 5), (4, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((3, 5), (4, 5), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V > 192, align > 1, tasks <= 256
-    (('float16', 32, True, False), ((3, 5), (5, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((3, 5), (5, 6), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (128, 256], V in (32, 64], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V in (32, 128], align > 1,
+    # tasks > 2048
+    (('float16', 32, True, False), ((4, 5), (1, 3), (1, 1), (2, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V in (64, 128], align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((4, 5), (2, 3), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((4, 5), (2, 3), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V > 128, align > 1, tasks <= 256
-    (('float16', 32, True, False), ((4, 5), (4, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((4, 5), (4, 6), (1, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V > 256, align > 1, tasks > 2048
-    (('float16', 32, True, False), ((4, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 32, True, False), ((4, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 256, V in (32, 128], align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((5, 5), (1, 3), (1, 1), (1, 3)), 'fold_general_tiled/2'),
+    (('float16', 32, True, False), ((5, 5), (1, 3), (1, 1), (1, 3)), 'fold_general_tiled/3'),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 256, V > 256, align > 1, tasks > 256
-    (('float16', 32, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=32, big_scale=True, H1=True, K any, V any, align <= 1, tasks any
-    (('float16', 32, True, True), ((0, 5), (0, 6), (0, 0), (0, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=32, big_scale=True, H1=True, K any, V <= 32, align <= 1, tasks any
+    (('float16', 32, True, True), ((0, 5), (0, 0), (0, 0), (0, 3)), 'fold_general_tiled/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K any, V <= 32, align > 1, tasks any
-    (('float16', 32, True, True), ((0, 5), (0, 0), (1, 1), (0, 3)), 'fold_general_tma/1'),
+    (('float16', 32, True, True), ((0, 5), (0, 0), (1, 1), (0, 3)), 'fold_general_tma/3'),
+    # dtype=float16, BT=32, big_scale=True, H1=True, K any, V > 32, align <= 1, tasks any
+    (('float16', 32, True, True), ((0, 5), (1, 6), (0, 0), (0, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 64], align > 1, tasks any
     (('float16', 32, True, True), ((0, 0), (1, 1), (1, 1), (0, 3)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 64, V in (64, 128], align > 1,
     # tasks <= 256
-    (('float16', 32, True, True), ((0, 1), (2, 3), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((0, 1), (2, 3), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K any, V in (64, 96], align > 1, tasks > 256
     (('float16', 32, True, True), ((0, 5), (2, 2), (1, 1), (1, 3)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 64, V > 96, align > 1, tasks > 256
-    (('float16', 32, True, True), ((0, 1), (3, 6), (1, 1), (1, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((0, 1), (3, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V > 128, align > 1, tasks any
-    (('float16', 32, True, True), ((0, 0), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((0, 0), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 64], align > 1,
     # tasks <= 256
-    (('float16', 32, True, True), ((1, 1), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/3'),
+    (('float16', 32, True, True), ((1, 1), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/5'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 96], align > 1,
     # tasks > 256
     (('float16', 32, True, True), ((1, 1), (1, 2), (1, 1), (1, 3)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 32, True, True), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 32, V > 192, align > 1, tasks <= 256
-    (('float16', 32, True, True), ((1, 5), (5, 6), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((1, 5), (5, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V in (32, 96], align > 1, tasks <= 256
     (('float16', 32, True, True), ((2, 5), (1, 2), (1, 1), (0, 0)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align > 1,
@@ -1132,406 +1277,492 @@ FILL = (
     # tasks > 2048
     (('float16', 32, True, True), ((2, 5), (1, 3), (1, 1), (2, 3)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V > 96, align > 1, tasks <= 256
-    (('float16', 32, True, True), ((2, 5), (3, 6), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((2, 5), (3, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V in (96, 128], align > 1, tasks > 256
     (('float16', 32, True, True), ((2, 5), (3, 3), (1, 1), (1, 3)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V in (128, 256], align > 1,
     # tasks > 256
-    (('float16', 32, True, True), ((2, 5), (4, 5), (1, 1), (1, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((2, 5), (4, 5), (1, 1), (1, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V > 256, align > 1, tasks > 256
-    (('float16', 32, True, True), ((2, 2), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((2, 2), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V in (32, 128], align > 1, tasks > 256
     (('float16', 32, True, True), ((3, 5), (1, 3), (1, 1), (1, 3)), 'fold_general_tma/1'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (96, 128], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((3, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 32, True, True), ((3, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V > 256, align > 1, tasks > 2048
-    (('float16', 32, True, True), ((3, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((3, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 128, V > 256, align > 1, tasks > 256
-    (('float16', 32, True, True), ((4, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/1'),
+    (('float16', 32, True, True), ((4, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V <= 32, align > 1, tasks <= 2048
-    (('float16', 64, False, False), ((0, 0), (0, 0), (1, 1), (0, 1)), 'post_general_tma/2'),
+    (('float16', 64, False, False), ((0, 0), (0, 0), (1, 1), (0, 1)), 'post_general_tma/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V <= 32, align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (0, 0), (1, 1), (2, 2)), 'post_general_tma/2'),
+    (('float16', 64, False, False), ((0, 0), (0, 0), (1, 1), (2, 2)), 'post_general_tma/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V <= 64, align > 1, tasks > 16384
-    (('float16', 64, False, False), ((0, 0), (0, 1), (1, 1), (3, 3)), 'post_general_tma/2'),
+    (('float16', 64, False, False), ((0, 0), (0, 1), (1, 1), (3, 3)), 'post_general_tma/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 192], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((0, 0), (1, 4), (0, 0), (0, 0)), 'fold_general_tiled/1'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 96], align <= 1,
+    (('float16', 64, False, False), ((0, 0), (1, 4), (0, 0), (0, 0)), 'fold_general_tiled/2'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 64], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (1, 2), (0, 0), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (1, 1), (0, 0), (1, 1)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 128], align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((0, 0), (1, 3), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 64, False, False), ((0, 0), (1, 3), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 1), (1, 1), (1, 1), (1, 1)), 'post_general_tma/2'),
+    (('float16', 64, False, False), ((0, 1), (1, 1), (1, 1), (1, 1)), 'post_general_tma/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (1, 1), (1, 1), (2, 3)), 'post_general_tma/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V in (64, 128], align <= 1,
+    (('float16', 64, False, False), ((0, 0), (1, 1), (1, 1), (2, 3)), 'post_general_tma/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 96, V in (64, 96], align <= 1,
+    # tasks in (256, 2048]
+    (('float16', 64, False, False), ((0, 2), (2, 2), (0, 0), (1, 1)), 'fold_general_tiled/8'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (64, 128], align any,
     # tasks > 2048
-    (('float16', 64, False, False), ((0, 1), (2, 3), (0, 0), (2, 3)), 'post_general_tiled/1'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (64, 128], align > 1,
-    # tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (2, 3), (1, 1), (2, 3)), 'post_general_tiled/1'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V in (96, 128], align any,
+    (('float16', 64, False, False), ((0, 0), (2, 3), (0, 1), (2, 3)), 'post_general_tiled/1'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (96, 128], align any,
     # tasks > 256
-    (('float16', 64, False, False), ((0, 1), (3, 3), (0, 1), (1, 3)), 'post_general_tiled/1'),
+    (('float16', 64, False, False), ((0, 0), (3, 3), (0, 1), (1, 3)), 'post_general_tiled/1'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 256], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (1, 1)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 256], align <= 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (2, 3)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (4, 5), (0, 0), (2, 3)), 'fold_vloop_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/1'),
+    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (2, 3)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (2, 3)), 'fold_vloop_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (3, 3)), 'fold_vloop_tiled/5'),
+    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (3, 3)), 'fold_vloop_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align <= 1, tasks any
-    (('float16', 64, False, False), ((0, 0), (6, 6), (0, 0), (0, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((0, 0), (6, 6), (0, 0), (0, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align > 1, tasks > 2048
-    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 64, align any,
+    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 2048
-    (('float16', 64, False, False), ((1, 1), (0, 1), (0, 1), (0, 1)), 'fold_vloop_tiled/3'),
+    (('float16', 64, False, False), ((1, 1), (0, 0), (0, 1), (0, 1)), 'fold_vloop_tiled/7'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align any,
-    # tasks > 2048
-    (('float16', 64, False, False), ((1, 1), (1, 1), (0, 1), (2, 3)), 'fold_vloop_tiled/3'),
+    # tasks any
+    (('float16', 64, False, False), ((1, 1), (1, 1), (0, 1), (0, 3)), 'fold_vloop_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 96], V in (64, 96], align any,
     # tasks <= 2048
-    (('float16', 64, False, False), ((1, 2), (2, 2), (0, 1), (0, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((1, 2), (2, 2), (0, 1), (0, 1)), 'fold_general_tiled/8'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 128], align <= 1,
+    # tasks > 2048
+    (('float16', 64, False, False), ((1, 1), (2, 3), (0, 0), (2, 3)), 'post_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 192], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((1, 1), (2, 4), (1, 1), (2, 2)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (2, 4), (1, 1), (2, 2)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 128], align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((1, 1), (2, 3), (1, 1), (3, 3)), 'post_general_tiled/1'),
+    (('float16', 64, False, False), ((1, 1), (2, 3), (1, 1), (3, 3)), 'post_general_tiled/2'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align any,
+    # tasks > 256
+    (('float16', 64, False, False), ((1, 1), (3, 3), (0, 1), (1, 3)), 'post_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 128, align <= 1,
     # tasks > 256
-    (('float16', 64, False, False), ((1, 1), (4, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (4, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (128, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((1, 1), (4, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (4, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 128, align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((1, 1), (4, 6), (1, 1), (3, 3)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (4, 6), (1, 1), (3, 3)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((1, 1), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/2'),
+    (('float16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((1, 1), (6, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V <= 96, align any,
+    (('float16', 64, False, False), ((1, 1), (6, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/4'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V <= 32, align <= 1, tasks <= 256
+    (('float16', 64, False, False), ((2, 5), (0, 0), (0, 0), (0, 0)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V <= 32, align any,
+    # tasks in (256, 2048]
+    (('float16', 64, False, False), ((2, 2), (0, 0), (0, 1), (1, 1)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V <= 32, align > 1,
     # tasks <= 2048
-    (('float16', 64, False, False), ((2, 2), (0, 2), (0, 1), (0, 1)), 'fold_general_tiled/5'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (32, 96], align any,
+    (('float16', 64, False, False), ((2, 2), (0, 0), (1, 1), (0, 1)), 'fold_general_tiled/11'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V in (32, 64], align <= 1,
+    # tasks <= 256
+    (('float16', 64, False, False), ((2, 5), (1, 1), (0, 0), (0, 0)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align any,
+    # tasks > 256
+    (('float16', 64, False, False), ((2, 2), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
+    # tasks any
+    (('float16', 64, False, False), ((2, 2), (1, 1), (1, 1), (0, 3)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks > 2048
-    (('float16', 64, False, False), ((2, 2), (1, 2), (0, 1), (2, 3)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((2, 2), (2, 2), (0, 1), (2, 3)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V in (96, 192], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 5), (3, 4), (0, 0), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((2, 5), (3, 4), (0, 0), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/4'),
+    (('float16', 64, False, False), ((2, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align any,
     # tasks > 2048
-    (('float16', 64, False, False), ((2, 2), (3, 3), (0, 1), (2, 3)), 'post_general_tiled/1'),
+    (('float16', 64, False, False), ((2, 2), (3, 3), (0, 1), (2, 3)), 'post_general_tiled/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (96, 192], align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 3), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((2, 3), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/7'),
+    (('float16', 64, False, False), ((2, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/10'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V in (128, 192], align <= 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((2, 5), (4, 4), (0, 0), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((2, 5), (4, 4), (0, 0), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (128, 192], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((2, 3), (4, 4), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((2, 3), (4, 4), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (192, 256], align any,
     # tasks > 256
-    (('float16', 64, False, False), ((2, 3), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, False), ((2, 3), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/11'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V > 256, align <= 1, tasks any
-    (('float16', 64, False, False), ((2, 5), (6, 6), (0, 0), (0, 3)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((2, 5), (6, 6), (0, 0), (0, 3)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V > 256, align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 3), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((2, 3), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V > 256, align > 1, tasks > 2048
-    (('float16', 64, False, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/5'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V <= 192, align <= 1, tasks <= 256
-    (('float16', 64, False, False), ((3, 5), (0, 4), (0, 0), (0, 0)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 128, align <= 1,
+    (('float16', 64, False, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/8'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 32, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((3, 3), (0, 3), (0, 0), (1, 1)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 96, align > 1,
+    (('float16', 64, False, False), ((3, 3), (0, 0), (0, 0), (1, 1)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 32, align > 1,
+    # tasks <= 2048
+    (('float16', 64, False, False), ((3, 3), (0, 0), (1, 1), (0, 1)), 'fold_general_tma/4'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align <= 1,
+    # tasks > 256
+    (('float16', 64, False, False), ((3, 3), (1, 1), (0, 0), (1, 3)), 'fold_general_tiled/9'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align > 1,
+    # tasks any
+    (('float16', 64, False, False), ((3, 3), (1, 1), (1, 1), (0, 3)), 'fold_general_tma/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V in (64, 192], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((3, 3), (0, 2), (1, 1), (0, 0)), 'fold_general_tma/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 64, align > 1,
-    # tasks in (256, 2048]
-    (('float16', 64, False, False), ((3, 3), (0, 1), (1, 1), (1, 1)), 'fold_general_tma/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 128], align <= 1,
-    # tasks > 2048
-    (('float16', 64, False, False), ((3, 3), (1, 3), (0, 0), (2, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 96], align > 1,
-    # tasks > 2048
-    (('float16', 64, False, False), ((3, 3), (1, 2), (1, 1), (2, 3)), 'fold_general_tma/2'),
+    (('float16', 64, False, False), ((3, 5), (2, 4), (0, 0), (0, 0)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align <= 1,
+    # tasks > 256
+    (('float16', 64, False, False), ((3, 3), (2, 3), (0, 0), (1, 3)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align > 1,
+    # tasks <= 256
+    (('float16', 64, False, False), ((3, 3), (2, 2), (1, 1), (0, 0)), 'fold_general_tma/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
     (('float16', 64, False, False), ((3, 3), (2, 5), (1, 1), (1, 1)), 'fold_general_tma/2'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align > 1,
+    # tasks > 2048
+    (('float16', 64, False, False), ((3, 3), (2, 2), (1, 1), (2, 3)), 'fold_general_tma/2'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((3, 3), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, False, False), ((3, 3), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks any
-    (('float16', 64, False, False), ((3, 3), (5, 5), (0, 1), (0, 3)), 'fold_vloop_tiled/8'),
+    (('float16', 64, False, False), ((3, 3), (5, 5), (0, 1), (0, 3)), 'fold_vloop_tiled/11'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V > 256, align > 1, tasks > 256
-    (('float16', 64, False, False), ((3, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/5'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V <= 128, align <= 1,
+    (('float16', 64, False, False), ((3, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V <= 32, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 5), (0, 3), (0, 0), (1, 1)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V <= 32, align > 1,
-    # tasks <= 256
-    (('float16', 64, False, False), ((4, 4), (0, 0), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
+    (('float16', 64, False, False), ((4, 5), (0, 0), (0, 0), (1, 1)), 'fold_general_tiled/11'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V <= 32, align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 5), (0, 0), (1, 1), (1, 1)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (32, 256], align <= 1,
+    (('float16', 64, False, False), ((4, 5), (0, 0), (1, 1), (1, 1)), 'fold_general_tma/4'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (32, 128], align <= 1,
+    # tasks in (256, 2048]
+    (('float16', 64, False, False), ((4, 5), (1, 3), (0, 0), (1, 1)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (32, 64], align any,
     # tasks > 2048
-    (('float16', 64, False, False), ((4, 5), (1, 5), (0, 0), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((4, 5), (1, 1), (0, 1), (2, 3)), 'fold_general_tiled/7'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (32, 64], align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((4, 5), (1, 1), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((4, 5), (1, 1), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_vloop2_tiled/3'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (32, 128], align > 1,
+    (('float16', 64, False, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_vloop2_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 256], align <= 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((4, 5), (1, 3), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((4, 5), (2, 5), (0, 0), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((4, 4), (2, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
+    (('float16', 64, False, False), ((4, 4), (2, 2), (1, 1), (0, 0)), 'fold_vloop2_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 96], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 5), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((4, 5), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 128], align > 1,
+    # tasks > 2048
+    (('float16', 64, False, False), ((4, 5), (2, 3), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (96, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, False), ((4, 4), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((4, 4), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 4), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((4, 4), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 5), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((4, 5), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (128, 192], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((4, 4), (4, 4), (1, 1), (2, 2)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((4, 4), (4, 4), (1, 1), (2, 2)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (128, 256], align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((4, 5), (4, 5), (1, 1), (3, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((4, 5), (4, 5), (1, 1), (3, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (192, 256], align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((4, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((4, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V > 192, align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/5'),
+    (('float16', 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/8'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (192, 256], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((4, 5), (5, 5), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((4, 5), (5, 5), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks <= 2048
     (('float16', 64, False, False), ((4, 4), (6, 6), (1, 1), (0, 1)), 'post_vloop2_tiled/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V <= 256, align > 1, tasks <= 256
-    (('float16', 64, False, False), ((5, 5), (0, 5), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V <= 32, align > 1, tasks <= 256
+    (('float16', 64, False, False), ((5, 5), (0, 0), (1, 1), (0, 0)), 'fold_general_tiled/11'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V in (32, 128], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((5, 5), (1, 3), (1, 1), (1, 1)), 'fold_general_tiled/2'),
+    (('float16', 64, False, False), ((5, 5), (1, 3), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V in (64, 256], align > 1,
+    # tasks <= 256
+    (('float16', 64, False, False), ((5, 5), (2, 5), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V in (128, 256], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((5, 5), (4, 5), (1, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, False, False), ((5, 5), (4, 5), (1, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V > 256, align > 1, tasks any
-    (('float16', 64, False, False), ((5, 5), (6, 6), (1, 1), (0, 3)), 'fold_general_tiled/5'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K any, V > 96, align <= 1, tasks > 256
-    (('float16', 64, False, True), ((0, 5), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K any, V in (96, 192], align > 1, tasks > 256
-    (('float16', 64, False, True), ((0, 5), (3, 4), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, False, False), ((5, 5), (6, 6), (1, 1), (0, 3)), 'fold_general_tiled/8'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align <= 1, tasks > 256
+    (('float16', 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/12'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V in (96, 192], align > 1,
+    # tasks > 256
+    (('float16', 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 3)), 'fold_general_tiled/12'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/5'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K any, V > 192, align > 1, tasks > 2048
-    (('float16', 64, False, True), ((0, 5), (5, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K any, V > 256, align > 1, tasks > 256
-    (('float16', 64, False, True), ((0, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/8'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V > 192, align > 1, tasks > 2048
+    (('float16', 64, False, True), ((0, 0), (5, 6), (1, 1), (2, 3)), 'fold_general_tiled/12'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V > 256, align > 1, tasks > 256
+    (('float16', 64, False, True), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/12'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 32, V > 96, align <= 1, tasks > 256
+    (('float16', 64, False, True), ((1, 5), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 32, V in (96, 192], align > 1,
+    # tasks > 256
+    (('float16', 64, False, True), ((1, 5), (3, 4), (1, 1), (1, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (32, 64], V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/2'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V <= 64, align <= 1,
+    (('float16', 64, False, True), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/3'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 32, V > 192, align > 1, tasks > 2048
+    (('float16', 64, False, True), ((1, 5), (5, 6), (1, 1), (2, 3)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 32, V > 256, align > 1, tasks > 256
+    (('float16', 64, False, True), ((1, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 3), (0, 1), (0, 0), (0, 0)), 'fold_vloop_tiled/6'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V <= 64, align any,
+    (('float16', 64, False, True), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/12'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V <= 32, align any,
     # tasks > 256
-    (('float16', 64, False, True), ((2, 2), (0, 1), (0, 1), (1, 3)), 'fold_vloop_tiled/6'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V <= 32, align > 1,
+    (('float16', 64, False, True), ((2, 2), (0, 0), (0, 1), (1, 3)), 'fold_vloop_tiled/12'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (32, 64], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 3), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/6'),
+    (('float16', 64, False, True), ((2, 3), (1, 1), (0, 0), (0, 0)), 'fold_vloop_tiled/9'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align any,
+    # tasks > 256
+    (('float16', 64, False, True), ((2, 2), (1, 1), (0, 1), (1, 3)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/6'),
+    (('float16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_vloop_tiled/6'),
+    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 64, V > 64, align any, tasks > 256
-    (('float16', 64, False, True), ((2, 5), (2, 6), (0, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, False, True), ((2, 5), (2, 6), (0, 1), (1, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 64, V > 96, align any, tasks any
-    (('float16', 64, False, True), ((2, 5), (3, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V any, align any, tasks > 256
-    (('float16', 64, False, True), ((3, 5), (0, 6), (0, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, False, True), ((2, 5), (3, 6), (0, 1), (0, 3)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V <= 32, align any, tasks > 256
+    (('float16', 64, False, True), ((3, 5), (0, 0), (0, 1), (1, 3)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V in (32, 64], align any, tasks > 256
+    (('float16', 64, False, True), ((3, 5), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align > 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((3, 3), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/6'),
+    (('float16', 64, False, True), ((3, 3), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/9'),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V > 64, align any, tasks any
-    (('float16', 64, False, True), ((3, 5), (2, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V any, align any, tasks any
-    (('float16', 64, False, True), ((4, 5), (0, 6), (0, 1), (0, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 128, V <= 192, align <= 1, tasks <= 256
-    (('float16', 64, True, False), ((0, 3), (0, 4), (0, 0), (0, 0)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V <= 256, align any, tasks > 256
-    (('float16', 64, True, False), ((0, 0), (0, 5), (0, 1), (1, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 128, V <= 64, align > 1, tasks <= 256
-    (('float16', 64, True, False), ((0, 3), (0, 1), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, False, True), ((3, 5), (2, 6), (0, 1), (0, 3)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V <= 32, align any, tasks any
+    (('float16', 64, False, True), ((4, 5), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V in (32, 64], align any, tasks any
+    (('float16', 64, False, True), ((4, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/9'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V <= 32, align any, tasks any
+    (('float16', 64, True, False), ((0, 0), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/13'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V in (32, 64], align any, tasks any
+    (('float16', 64, True, False), ((0, 0), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/14'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 64, align <= 1, tasks <= 256
+    (('float16', 64, True, False), ((0, 0), (2, 6), (0, 0), (0, 0)), 'fold_general_tiled/12'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V in (64, 256], align any,
+    # tasks > 256
+    (('float16', 64, True, False), ((0, 0), (2, 5), (0, 1), (1, 3)), 'fold_general_tiled/12'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V in (64, 256], align > 1, tasks any
-    (('float16', 64, True, False), ((0, 0), (2, 5), (1, 1), (0, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 96, V in (192, 256], align <= 1,
-    # tasks <= 256
-    (('float16', 64, True, False), ((0, 2), (5, 5), (0, 0), (0, 0)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V > 256, align <= 1, tasks <= 256
-    (('float16', 64, True, False), ((0, 1), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((0, 0), (2, 5), (1, 1), (0, 3)), 'fold_general_tiled/12'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K any, V > 256, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((0, 5), (6, 6), (0, 0), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((0, 5), (6, 6), (0, 0), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align any, tasks > 2048
-    (('float16', 64, True, False), ((0, 0), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((0, 0), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256
-    (('float16', 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 128, V > 256, align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((0, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 256, align <= 1,
+    (('float16', 64, True, False), ((0, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 128], V <= 32, align any,
+    # tasks <= 256
+    (('float16', 64, True, False), ((1, 3), (0, 0), (0, 1), (0, 0)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 32, align <= 1,
     # tasks > 256
-    (('float16', 64, True, False), ((1, 1), (0, 5), (0, 0), (1, 3)), 'post_vloop_tiled/2'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 128, align > 1,
+    (('float16', 64, True, False), ((1, 1), (0, 0), (0, 0), (1, 3)), 'post_vloop_tiled/2'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((1, 1), (0, 3), (1, 1), (2, 3)), 'post_vloop_tiled/2'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (32, 256], align > 1,
+    (('float16', 64, True, False), ((1, 1), (0, 0), (1, 1), (2, 3)), 'post_vloop_tiled/2'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 128], V in (32, 64], align any,
+    # tasks <= 256
+    (('float16', 64, True, False), ((1, 3), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/9'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (32, 256], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((1, 1), (1, 5), (1, 1), (1, 1)), 'post_vloop_tiled/2'),
+    (('float16', 64, True, False), ((1, 1), (1, 5), (0, 1), (1, 1)), 'post_vloop_tiled/3'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 32, align <= 1,
+    # tasks > 2048
+    (('float16', 64, True, False), ((1, 1), (1, 6), (0, 0), (2, 3)), 'post_vloop_tiled/3'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (32, 128], align > 1,
+    # tasks > 2048
+    (('float16', 64, True, False), ((1, 1), (1, 3), (1, 1), (2, 3)), 'post_vloop_tiled/3'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 128], V in (64, 192], align <= 1,
+    # tasks <= 256
+    (('float16', 64, True, False), ((1, 3), (2, 4), (0, 0), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 128], V in (96, 128], align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 3), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((1, 3), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'post_vloop_tiled/2'),
+    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'post_vloop_tiled/3'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 128, align > 1,
     # tasks > 16384
-    (('float16', 64, True, False), ((1, 1), (4, 6), (1, 1), (3, 3)), 'post_vloop_tiled/2'),
+    (('float16', 64, True, False), ((1, 1), (4, 6), (1, 1), (3, 3)), 'post_vloop_tiled/3'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 96], V in (192, 256], align <= 1,
+    # tasks <= 256
+    (('float16', 64, True, False), ((1, 2), (5, 5), (0, 0), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 1), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/2'),
+    (('float16', 64, True, False), ((1, 1), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/3'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 192, align > 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((1, 1), (5, 6), (1, 1), (2, 3)), 'post_vloop_tiled/2'),
+    (('float16', 64, True, False), ((1, 1), (5, 6), (1, 1), (2, 3)), 'post_vloop_tiled/3'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 256, align any,
-    # tasks > 2048
-    (('float16', 64, True, False), ((1, 1), (6, 6), (0, 1), (2, 3)), 'post_vloop_tiled/2'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 1), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V <= 192, align any,
+    (('float16', 64, True, False), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/5'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V <= 32, align any,
     # tasks > 256
-    (('float16', 64, True, False), ((2, 2), (0, 4), (0, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((2, 2), (0, 0), (0, 1), (1, 3)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
+    # tasks > 256
+    (('float16', 64, True, False), ((2, 2), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/9'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (64, 192], align any,
+    # tasks > 256
+    (('float16', 64, True, False), ((2, 2), (2, 4), (0, 1), (1, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 128], V in (64, 192], align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((2, 3), (2, 4), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((2, 3), (2, 4), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 64, V > 192, align <= 1, tasks > 256
-    (('float16', 64, True, False), ((2, 5), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((2, 5), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (192, 256], align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((2, 2), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((2, 2), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 64, V in (192, 256], align > 1,
     # tasks > 256
-    (('float16', 64, True, False), ((2, 5), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((2, 5), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 64, V > 256, align any, tasks <= 256
-    (('float16', 64, True, False), ((2, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((2, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 64, V > 256, align > 1, tasks > 2048
-    (('float16', 64, True, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V any, align <= 1, tasks > 256
-    (('float16', 64, True, False), ((3, 5), (0, 6), (0, 0), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V <= 256, align > 1, tasks > 256
-    (('float16', 64, True, False), ((3, 5), (0, 5), (1, 1), (1, 3)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((2, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V <= 32, align any, tasks > 256
+    (('float16', 64, True, False), ((3, 5), (0, 0), (0, 1), (1, 3)), 'fold_general_tiled/6'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V in (32, 64], align any, tasks > 256
+    (('float16', 64, True, False), ((3, 5), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/7'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V > 64, align <= 1, tasks > 256
+    (('float16', 64, True, False), ((3, 5), (2, 6), (0, 0), (1, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V in (64, 256], align > 1,
+    # tasks > 256
+    (('float16', 64, True, False), ((3, 5), (2, 5), (1, 1), (1, 3)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V > 192, align any, tasks <= 256
-    (('float16', 64, True, False), ((3, 5), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V any, align any, tasks <= 256
-    (('float16', 64, True, False), ((4, 5), (0, 6), (0, 1), (0, 0)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((3, 5), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V <= 32, align any, tasks any
+    (('float16', 64, True, False), ((4, 5), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/6'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V in (32, 64], align any, tasks any
+    (('float16', 64, True, False), ((4, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/7'),
+    # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V > 64, align any, tasks <= 256
+    (('float16', 64, True, False), ((4, 5), (2, 6), (0, 1), (0, 0)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/3'),
+    (('float16', 64, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 256, V > 256, align > 1, tasks > 256
-    (('float16', 64, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/3'),
-    # dtype=float16, BT=64, big_scale=True, H1=True, K any, V any, align <= 1, tasks any
-    (('float16', 64, True, True), ((0, 5), (0, 6), (0, 0), (0, 3)), 'fold_general_tiled/4'),
-    # dtype=float16, BT=64, big_scale=True, H1=True, K any, V <= 64, align > 1, tasks any
-    (('float16', 64, True, True), ((0, 5), (0, 1), (1, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V <= 32, align any, tasks any
+    (('float16', 64, True, True), ((0, 0), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/13'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V in (32, 64], align any, tasks any
+    (('float16', 64, True, True), ((0, 0), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/14'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V > 64, align <= 1, tasks any
+    (('float16', 64, True, True), ((0, 0), (2, 6), (0, 0), (0, 3)), 'fold_general_tiled/12'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V in (64, 256], align > 1, tasks any
-    (('float16', 64, True, True), ((0, 0), (2, 5), (1, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((0, 0), (2, 5), (1, 1), (0, 3)), 'fold_general_tiled/12'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V > 256, align > 1, tasks <= 256
-    (('float16', 64, True, True), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/2'),
-    # dtype=float16, BT=64, big_scale=True, H1=True, K any, V > 256, align > 1, tasks > 256
-    (('float16', 64, True, True), ((0, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/3'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V > 256, align > 1, tasks > 256
+    (('float16', 64, True, True), ((0, 0), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/12'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K > 32, V <= 32, align any, tasks any
+    (('float16', 64, True, True), ((1, 5), (0, 0), (0, 1), (0, 3)), 'fold_general_tiled/10'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K > 32, V in (32, 64], align any, tasks any
+    (('float16', 64, True, True), ((1, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/9'),
+    # dtype=float16, BT=64, big_scale=True, H1=True, K > 32, V > 64, align <= 1, tasks any
+    (('float16', 64, True, True), ((1, 5), (2, 6), (0, 0), (0, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 64], V in (64, 96], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, True, True), ((1, 1), (2, 2), (1, 1), (0, 0)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((1, 1), (2, 2), (1, 1), (0, 0)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 32, V > 64, align > 1, tasks > 256
-    (('float16', 64, True, True), ((1, 5), (2, 6), (1, 1), (1, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((1, 5), (2, 6), (1, 1), (1, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 128], V > 96, align > 1, tasks any
-    (('float16', 64, True, True), ((1, 3), (3, 6), (1, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((1, 3), (3, 6), (1, 1), (0, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 64, V in (64, 96], align > 1, tasks any
-    (('float16', 64, True, True), ((2, 5), (2, 2), (1, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((2, 5), (2, 2), (1, 1), (0, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (128, 256], V in (96, 128], align > 1,
     # tasks <= 256
-    (('float16', 64, True, True), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_vloop2_tiled/2'),
+    (('float16', 64, True, True), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_vloop2_tiled/4'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 128, V > 128, align > 1, tasks any
-    (('float16', 64, True, True), ((4, 5), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((4, 5), (4, 6), (1, 1), (0, 3)), 'fold_general_tiled/5'),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 256, V > 96, align > 1, tasks any
-    (('float16', 64, True, True), ((5, 5), (3, 6), (1, 1), (0, 3)), 'fold_general_tiled/4'),
+    (('float16', 64, True, True), ((5, 5), (3, 6), (1, 1), (0, 3)), 'fold_general_tiled/5'),
 )
