@@ -160,6 +160,10 @@ class Dispatch(_Model):
     # (``dtype``): the nearest fill takes such a row before any at a bucket step from it; the
     # source's case takes the target's value as its case row field of that name.
     fill_across: tuple[Ident, ...] = ()
+    # Bucketed key fields a fill may move (empty: every one it can): an untuned bucket takes a row
+    # only from a bucket that differs from it in these fields alone (mamba3: the grid's size, not
+    # the shapes its tiles and kernels follow).
+    fill_moves: tuple[Ident, ...] = ()
 
 
 class Reference(_Model):
@@ -458,6 +462,10 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
             raise SpecError(file, "dispatch.fill_across",
                             "unbucketed key fields, each its own formula, named as case row fields (dtype or an "
                             "input)", field)
+    for field in spec.dispatch.fill_moves:
+        key = spec.dispatch.key.get(field)
+        if not (isinstance(key, KeyField) and key.buckets is not None):
+            raise SpecError(file, "dispatch.fill_moves", f"bucketed key fields of {sorted(spec.dispatch.key)}", field)
     for backend, defaults in spec.dispatch.defaults.items():
         needed = list(axes) + list(spec.tunables_for(backend))
         for name in needed:

@@ -700,14 +700,16 @@ def _nearest(bucketed: list[int], target: Key, across: Iterable[int] = ()) -> Ca
 def _fill_point(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, src: Key, target: Key,
                 bucketed: list[int], free: Mapping[int, str | None], across: Iterable[int]) -> dict[str, Any] | None:
     """The source's point as it may stand for the target bucket, or None: the fields that differ
-    are ones a fill may move (:func:`opgen.bucket_shapes.free_fields`) or cross (positions
+    are ones a fill may move (:func:`opgen.bucket_shapes.free_fields`, and among the spec's
+    ``dispatch.fill_moves`` where it names some) or cross (positions
     ``across``, the spec's ``dispatch.fill_across``: the source's case takes the target's value);
     its tiles are clamped to the target's largest call (:func:`clamped`: BV 128 tuned at V = 96
     runs BV 64 at V <= 64), and the point is legal and within budget on the target's call nearest
     the source's case, and legal on its smallest."""
-    if any(i not in free for i in bucketed if src[i] != target[i]):
-        return None
+    moves = spec.dispatch.fill_moves
     names = list(spec.dispatch.key)
+    if any(i not in free or (moves and names[i] not in moves) for i in bucketed if src[i] != target[i]):
+        return None
     crossed = {names[i]: target[i] for i in across if src[i] != target[i]}
     if crossed:
         rec = dataclasses.replace(rec, case={**rec.case, **crossed})

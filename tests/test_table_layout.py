@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from opgen import records
+from opgen.errors import SpecError
 from opgen.hardware import profile
 from opgen.kernels import kernel_hashes
 from opgen.keys import bucket_range, split_key_field
@@ -33,11 +34,9 @@ def test_a_table_without_tuned_rows_has_no_fill(tmp_path):
 
 
 def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
-    """With dispatch.fill_distance 0 (as mamba3's spec has it) an untuned bucket runs the spec's
-    default unless the measure step timed the tuned points on it: the GLA H200 records, whose
-    table fills hundreds of buckets at an unbounded distance, freeze their tuned and measured
-    rows alone."""
-    assert load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT).dispatch.fill_distance == 0
+    """With dispatch.fill_distance 0 an untuned bucket runs the spec's default unless the measure
+    step timed the tuned points on it: the GLA H200 records, whose table fills hundreds of buckets
+    at an unbounded distance, freeze their tuned and measured rows alone."""
     spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
     hashes, path = kernel_hashes(ROOT, spec, "cuda"), records.record_path(ROOT, "h200", spec.op)
     unbounded = frozen_rows(spec, chip, path, hashes)
@@ -48,6 +47,25 @@ def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
     assert all(r.source is None or r.measured is not None for r in table.rows)
     assert len(table.rows) == len(unbounded.rows) - unbounded.filled + unbounded.measured
     assert all(f.measured for f in fill_ranges(bounded, table.rows, config_names(table.rows)))
+
+
+def test_fill_moves_lets_a_row_fill_only_buckets_that_differ_in_those_fields(tmp_path):
+    """mamba3's ``dispatch.fill_moves: [work]``: each filled row of its H200 table comes from the
+    tuned row of the same N, P, R (and C, Z, dtype) buckets at another grid size; every bucket of
+    another shape runs the default. A field the key does not bucket is refused."""
+    spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
+    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    work = list(spec.dispatch.key).index("work")
+    filled = [r for r in table.rows if r.source is not None and r.measured is None]
+    assert filled and all(r.source[:work] + r.source[work + 1:] == r.key[:work] + r.key[work + 1:]
+                          and r.source[work] != r.key[work] for r in filled)
+    anywhere = spec.model_copy(update={"dispatch": spec.dispatch.model_copy(update={"fill_moves": ()})})
+    assert frozen_rows(anywhere, chip, records.record_path(ROOT, "h200", spec.op),
+                       kernel_hashes(ROOT, spec, "cuda")).filled > table.filled
+    text = (ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml").read_text().replace("fill_moves: [work]", "fill_moves: [C]")
+    (tmp_path / "mamba3_mimo_bwd_fwd.yaml").write_text(text)
+    with pytest.raises(SpecError, match=r"dispatch\.fill_moves.*bucketed key fields"):
+        load_spec(tmp_path / "mamba3_mimo_bwd_fwd.yaml", ROOT)
 
 
 @pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk"])
