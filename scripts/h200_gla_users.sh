@@ -15,7 +15,8 @@
 #   step measures the untuned buckets of each, so users_tune's buckets no search reached count too;
 #   MEASURE_SECONDS: the step begins no bucket past this many seconds of each case set, so that the
 #   steps after it still run in a call of bounded time; the step bench_fla, in no default, times
-#   the bench_fla cases against FLA as the holdout is timed, into OUT_DIR/bench_bench_fla.*)
+#   the bench_fla cases against FLA as the holdout is timed, into OUT_DIR/bench_bench_fla.*; the
+#   step bench_sets, in no default, each case set of BENCH_SETS (offgrid by default) likewise)
 set -uo pipefail
 out=${1:?output dir}; seconds=${2:?seconds}; trials=${3:?trials}; variants=${4:-}
 devices=${DEVICES:-cuda:0,cuda:1}; steps=" ${STEPS:-tune nearest measure measured} "
@@ -67,6 +68,9 @@ if [[ $steps == *" measure "* ]]; then
 fi
 if [[ $steps == *" measured "* ]]; then bench measured; fi
 if [[ $steps == *" bench_fla "* ]]; then bench bench_fla bench_fla; fi
+if [[ $steps == *" bench_sets "* ]]; then  # each case set of BENCH_SETS against FLA, a table each
+    for cases in ${BENCH_SETS:-offgrid}; do bench "$cases" "$cases"; done
+fi
 if [[ $steps == *" holdout_measure "* ]]; then  # the measure step on the holdout's own buckets, into
     # a copy of the records (the holdout stays unmeasured for the table), joined with the table
     cp "$records" "$out/holdout_measure.jsonl"
