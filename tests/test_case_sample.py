@@ -53,6 +53,46 @@ def test_the_committed_case_file_is_what_the_sampling_section_draws(gla, drawn):
         assert gla.expand_cases(name) == rows
 
 
+SAMPLED_OPS = sorted(p.stem for p in (ROOT / "specs").glob("*.yaml")
+                     if "sampling" in yaml.safe_load(p.read_text()))
+
+
+def test_more_than_one_op_samples_its_users_shapes():
+    assert {OP, "mamba3_mimo_bwd_fwd"} <= set(SAMPLED_OPS)
+
+
+@pytest.mark.parametrize("op", SAMPLED_OPS)
+def test_each_ops_committed_case_file_is_what_its_sampling_section_draws(op):
+    # what `opgen cases OP --check` compares, for every op with a sampling section
+    spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
+    sampled = case_sample.sample_cases(spec)
+    path = sampled_cases_path(spec, ROOT)
+    assert path.read_text() == case_sample.cases_text(spec, sampled, f"opgen cases {op}"), f"run `opgen cases {op}`"
+    included = [r for name in spec.sampling.include for r in spec.expand_cases(name)]
+    tune = sampled.parts[spec.sampling.part_names()[0]]
+    assert tune[:len(included)] == included
+    rows = tune[len(included):] + [r for name in spec.sampling.part_names()[1:] for r in sampled.parts.get(name, [])]
+    assert all(case_sample.case_problem(spec, r) is None for r in rows)
+    params = [evaluate_params(spec, case_inputs(spec, r)) for r in rows]
+    for variant in variants_for(spec, spec.sampling.rendering):
+        assert sum(is_legal(spec, variant, p) for p in params) >= spec.sampling.cover, variant.name
+
+
+def test_mamba3_users_shapes_take_the_z_gate_in_about_half_whole_chunks_and_c_times_r_at_most_64():
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    names = spec.sampling.part_names()
+    official = {tuple(sorted(r.items())) for n in ("official", "official_z") for r in spec.expand_cases(n)}
+    rows = [r for n in names for r in spec.expand_cases(n) if tuple(sorted(r.items())) not in official]
+    assert len(rows) >= spec.sampling.count
+    z = [r.get("z_given", False) for r in rows]
+    assert z == [r.get("mimo_z_given", False) for r in rows]  # the gate's two inputs together
+    assert 0.3 < sum(z) / len(rows) < 0.7
+    # upstream's TileLang kernel, the holdout's baseline, takes whole chunks of C * R <= 64 rows
+    assert all(r["S"] % r["chunk_size"] == 0 and r["chunk_size"] * r["R"] <= 64 for r in rows)
+    assert {r["dtype"] for r in rows} == {"bfloat16", "float16"}
+    assert any(r["B"] != 4 or r["S"] != 2048 or r["H"] != 16 or r["G"] != 1 for r in spec.expand_cases(names[2]))
+
+
 def test_every_case_is_legal_new_and_drawn_from_the_region(gla, drawn):
     rows = _sampled_rows(gla, drawn)
     assert all(case_sample.case_problem(gla, r) is None for r in rows)
@@ -210,5 +250,5 @@ def test_opgen_cases_checks_writes_and_refuses_an_op_without_sampling(tmp_path, 
     text = out.read_text()
     assert text.startswith(f"# Drawn by `opgen cases {OP} --sample 10 --seed 15` from the sampling section")
     assert yaml.safe_load(text)["users_holdout"]  # parts as case lists
-    assert cli.main(["--root", str(ROOT), "cases", "mamba3_mimo_bwd_fwd"]) == 2
+    assert cli.main(["--root", str(ROOT / "tests" / "toy_project"), "cases", "toy_op"]) == 2
     assert "has no sampling section to draw cases from" in capsys.readouterr().err
