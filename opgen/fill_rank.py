@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from .bucket_shapes import bucket_corner, case_params, edge_params
 from .errors import BuildError, ExprError, RecordError, SpecError
 from .hardware import ChipProfile
-from .keys import Key, sort_key, split_key_field
+from .keys import Key, key_text, sort_key, split_key_field
 from .records import CheckRecord, Record, TrialRecord, WinnerRecord, latest_measure_runs
 from .space import carried, default_point, find_variant, parse_point_name, point_id
 from .spec import OpSpec
@@ -586,23 +586,22 @@ def leave_one_out(spec: OpSpec, chip: ChipProfile, records_path: Path, kernel_ha
 
 
 def loo_report(spec: OpSpec, results: Mapping[str, Sequence[LooRow]]) -> str:
-    """Per bucket (its key as a tuple, the spec's key fields in order: ``key_fields`` names them)
-    each rule's ratio (fastest over its point's time; ``-`` where not timed there) and the last
-    rule's source, then each rule's figures per kind of bucket."""
+    """Per bucket its key text, kind and each rule's ratio (fastest over its point's time; ``-``
+    where the records hold no time of it there), then a line per rule: where its point came from,
+    and how the time was taken; last, each rule's figures per kind of bucket (:class:`LooSummary`)."""
     names = list(results)
     by_key: dict[Key, dict[str, LooRow]] = {}
     for name, rows in results.items():
         for row in rows:
             by_key.setdefault(row.key, {})[name] = row
-    lines = [f"{'bucket':<46} {'kind':<8} " + " ".join(f"{n:>8}" for n in names) + "  source (" + names[-1] + ")"]
+    width = max((len(key_text(spec, key)) for key in by_key), default=6)
+    lines = [f"{'bucket':<{width}} {'kind':<8} " + " ".join(f"{n:>8}" for n in names)]
     for key in sorted(by_key, key=sort_key):
         rows = by_key[key]
         ratios = " ".join(f"{'-' if (r := rows.get(n)) is None or r.ratio is None else f'{r.ratio:.3f}':>8}"
                           for n in names)
-        last = rows.get(names[-1])
-        kind = next(iter(rows.values())).kind
-        lines.append(f"{str(key):<46} {kind:<8} {ratios}  {'' if last is None else last.source}")
-    lines.append(f"key fields: {', '.join(spec.dispatch.key)}")
+        lines.append(f"{key_text(spec, key):<{width}} {next(iter(rows.values())).kind:<8} {ratios}")
+        lines.extend(f"    {n}: {rows[n].source} ({rows[n].how})" for n in names if n in rows)
     lines.append(f"fastest over the rule's point (a bucket lost: under {1 / LOSS:.3f}):")
     for name, rows in results.items():
         for kind in ("measured", "tuned"):
