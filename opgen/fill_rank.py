@@ -73,7 +73,9 @@ class RankParams:
             a measured bucket's 1 (0: none). A search times few of the pool's points besides its
             winner (2 to 6 of the 24 on the H200 GLA records), so a tuned bucket mostly speaks
             for its own winner.
-        reach: evidence farther than this does not count (None: all of it).
+        reach: evidence farther than this does not count (None: the spec's
+            ``dispatch.fill_distance``, which bounds every fill; none there: all of it). At
+            mamba3's 0 no other bucket's evidence counts and an untuned bucket runs the default.
     """
 
     tau: float = 0.5
@@ -399,7 +401,7 @@ def rank_fill(spec: OpSpec, chip: ChipProfile, evidence: Evidence, key: Key, cas
 
     A candidate qualifies where it may stand for the bucket (:func:`_admit`: serves the whole
     bucket, meets the constraints on its largest shape or, with ``rank.clamp``, once narrowed) and
-    the records timed it on at least ``rank.min_evidence`` buckets within ``rank.reach``, one of
+    the records timed it on at least ``rank.min_evidence`` buckets within reach (``rank.reach``), one of
     them with the target's plain key fields where ``rank.own`` (but the default, which the bucket
     runs without a row anyway). Its score is the mean of its log
     shares, bucket ``B`` weighed ``exp(-distance(key, B) / tau)`` (:func:`distance`); the least
@@ -407,12 +409,13 @@ def rank_fill(spec: OpSpec, chip: ChipProfile, evidence: Evidence, key: Key, cas
     last). A winner of ``exclude`` keys alone is no candidate (a leave-one-out leaves its search out).
     """
     exclude = set(exclude) | {key}
+    reach = rank.reach if rank.reach is not None else spec.dispatch.fill_distance
     near = []
     for other, bucket in evidence.buckets.items():
         if other in exclude or (bucket.kind == "tuned" and rank.tuned <= 0):
             continue
         d = distance(spec, key, other, rank)
-        if d is not None and (rank.reach is None or d <= rank.reach):
+        if d is not None and (reach is None or d <= reach):
             weight = math.exp(-d / rank.tau) * (rank.tuned if bucket.kind == "tuned" else 1.0)
             near.append((d, other, weight))
     near.sort(key=lambda t: (t[0], sort_key(t[1])))

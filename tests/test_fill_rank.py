@@ -170,3 +170,16 @@ def test_a_bucket_nobody_measured_gets_a_case_of_its_own_and_a_row(gla, hashes):
     assert choice.candidate.sources == (won.key,) and choice.key == target
     # a plain field no bucket of the evidence has (H == 1): no case, no row
     assert fr.fill_ranked(gla, CHIP, ev, _key(gla, {**BASE, "H": 1})) is None
+
+
+def test_evidence_reaches_no_farther_than_the_specs_fill_distance(gla, hashes):
+    won = _winner(gla, point=POINT, K=256)
+    recs = [won, _measure(gla, won, 0.1, V=96), _measure(gla, won, 0.1, K=64, V=64)]  # 1 and 4 steps away
+    ev = _evidence(gla, hashes, [won], recs)
+    target = _key(gla, BASE)
+    for distance, found in ((None, 2), (1, 1), (0, 0)):
+        spec = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_distance": distance})})
+        choice = fr.rank_fill(spec, CHIP, ev, target, BASE)
+        assert (0 if choice is None else len(choice.evidence)) == found
+    spec = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_distance": 0})})
+    assert len(fr.rank_fill(spec, CHIP, ev, target, BASE, fr.RankParams(reach=5)).evidence) == 2
