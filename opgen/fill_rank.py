@@ -185,8 +185,8 @@ class Choice(NamedTuple):
     def source(self) -> str:
         near = min(self.evidence, key=lambda e: (e[1], sort_key(e[0])))
         how = " clamped" if self.clamped else ""
-        return (f"{self.candidate.label}{how}: {len(self.evidence)} buckets, predicted ratio {1 / self.predicted:.3f}, "
-                f"nearest {near[0]!r}")
+        return (f"{self.candidate.label}{how}: {len(self.evidence)} buckets, "
+                f"predicted ratio {1 / self.predicted:.3f}, nearest {near[0]!r}")
 
 
 # --- the evidence ------------------------------------------------------------------------------
@@ -266,7 +266,8 @@ def tuned_shares(spec: OpSpec, chip: ChipProfile, records: Sequence[Record], ker
         how: dict[str, str] = {}
         timed = trials.get(key, {})
         # point_id writes values as text: a name's "BK=64" is the trial's BK 64
-        side = {ident: ms for n, ms in won.remeasured_ms.items() if (ident := point_id(*parse_point_name(n))) in timed}
+        side = {ident: ms for name, ms in won.remeasured_ms.items()
+                if (ident := point_id(*parse_point_name(name))) in timed}
         for source, times in (("side by side", side), ("trials", timed)):
             if not times:
                 continue
