@@ -50,7 +50,8 @@ def cross_check(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tune
     that bucket from the other buckets' winners alone (how a shape between tuned points fares)
     and, with ``every``, beside every other bucket's winner that is legal and fits there; one
     record per point measured beside the winner (``margin``: the loss that flags the table)."""
-    from .table import fits_case, leave_one_out_fill
+    from .fits import fits_case
+    from .table import leave_one_out_fill
 
     tunables = spec.tunables_for(profile.backend)
     out = []

@@ -60,26 +60,32 @@ def _value(name: str, kind: str, text: str) -> Any:
 
 
 def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
-            table: FrozenTable | None = None) -> dict[str, Any]:
+            table: FrozenTable | None = None, hashes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What the frozen table of ``chip`` runs for the call ``row`` describes, as plain data
-    (``table``: that table when the caller has it already, else frozen from the records)."""
+    (``table``: that table when the caller has it already, else frozen from the records;
+    ``hashes``: the kernel hashes it was frozen with, else those of the templates under ``root``)."""
     params = evaluate_params(spec, case_inputs(spec, row))
     out: dict[str, Any] = {"op": spec.op, "chip": chip.name, "call": dict(row)}
     refused = _refusal(spec, params)
     if refused is not None:
         return {**out, "refused": refused}
     key = key_of(spec, params)
+    hashes = kernel_hashes(root, spec, chip.rendering) if hashes is None else hashes
     if table is None:
-        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op),
-                            kernel_hashes(root, spec, chip.rendering))
+        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), hashes)
     found = next((r for r in table.rows if r.key == key), None)
     out |= {"key": list(key), "bucket": key_text(spec, key)}
     if found is None:
         point = default_point(spec, chip, params)
         variant, config = point.variant, dict(point.config)
-        near = None if key in table.kept else default_source(spec, chip, table, key)
+        ranked = spec.dispatch.fill_rule == "ranked"
+        near = None if key in table.kept or ranked else default_source(spec, chip, table, key)
         if key in table.kept:
             why = "the spec's default, measured faster here than every tuned point"
+        elif ranked:
+            why = ("the spec's default: the ranked fill found it nearest the fastest on the buckets around, "
+                   "or no tuned point timed in this bucket's own dtype and flags may serve it")
+            out["rule"] = _rule(root, spec, chip, hashes)
         elif near is None:
             why = "no tuned row in the table: the spec's default choice"
         else:
@@ -99,9 +105,16 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
                                "regs": w.budget.regs, "spills": w.budget.spills}}}
         if found.source is not None:
             out["filled_from"] = key_text(spec, found.source)
-            out["filled_by"] = "measured" if found.measured is not None else (
+            out["filled_by"] = "measured" if found.measured is not None else "ranked" if found.ranked else (
                 "nearest measured" if any(r.key == found.source and r.measured is not None for r in table.rows)
                 else "nearest")
+            if found.ranked is not None:
+                c = found.ranked
+                near = min(c.evidence, key=lambda e: e[1])
+                out["ranked"] = {"buckets": len(c.evidence), "predicted": 1 / c.predicted,
+                                 "nearest": key_text(spec, near[0]), "nearest_ratio": 1 / near[2]}
+            if found.measured is None:
+                out["rule"] = _rule(root, spec, chip, hashes)
             if found.measured is not None:
                 out["measured"] = {"ms": found.measured.ms, "run": found.measured.run}
             narrowed = {n: [w.point[n], v] for n, v in found.point.items() if w.point.get(n) != v}
@@ -116,6 +129,28 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
         kind, used = parts
         out["budget"] = {"kind": kind, "limit": chip.budget(kind), "estimate": used}
     return out
+
+
+def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]) -> dict[str, Any]:
+    """The fill rule of the spec and its loss stated from the records: each measured bucket
+    filled from the others (:func:`opgen.fill_rank.leave_one_out`)."""
+    from .fill_rank import summarize, leave_one_out
+
+    rule = spec.dispatch.fill_rule
+    path = record_path(root, chip.name, spec.op)
+    memo = (id(spec), chip.name, str(path), path.stat().st_mtime_ns, tuple(sorted(hashes.items())))
+    if memo not in _RULES:
+        rows = leave_one_out(spec, chip, path, hashes, rule="rank" if rule == "ranked" else "nearest",
+                             kinds=("measured",))
+        s = summarize(rows)
+        _RULES[memo] = (spec, {"name": rule, "geomean": s.geomean, "min": s.least, "scored": s.scored,
+                               "over": s.over, "unscored": s.unscored, "line": s.line()})
+    return dict(_RULES[memo][1])
+
+
+# (id(spec), chip, records path, its mtime, kernel hashes) -> (spec, the rule's figures): a
+# leave-one-out takes seconds, and a page explains many calls
+_RULES: dict[tuple[Any, ...], tuple[OpSpec, dict[str, Any]]] = {}
 
 
 def _refusal(spec: OpSpec, params: Mapping[str, Any]) -> str | None:
@@ -144,11 +179,16 @@ def text(result: Mapping[str, Any]) -> str:
     else:
         w = result["winner"]
         where = {"measured": "measured fastest in this bucket; the winner of",
-                 "nearest measured": "filled from the measured bucket"}.get(result.get("filled_by"),
-                                                                            "filled from the tuned bucket")
+                 "nearest measured": "filled from the measured bucket",
+                 "ranked": "ranked fill: the point of the winner of"}.get(result.get("filled_by"),
+                                                                          "filled from the tuned bucket")
         where = f"{where} {result['filled_from']}" if result["row"] == "filled" else "tuned in this bucket"
         lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured {w['date']} "
                      f"({w['flush']}-flush timing)")
+        if "ranked" in result:
+            r = result["ranked"]
+            lines.append(f"  ranked  timed on {r['buckets']} buckets around, {r['predicted']:.3f} of the fastest's speed "
+                         f"there (weighed by distance); nearest {r['nearest']}: {r['nearest_ratio']:.3f}")
         if "clamped" in result:
             moved = ", ".join(f"{n} {a} -> {b}" for n, (a, b) in result["clamped"].items())
             lines.append(f"  clamped {moved} (tiles no wider than the bucket's largest call)")
@@ -161,6 +201,9 @@ def text(result: Mapping[str, Any]) -> str:
         if compiler and compiler.get("reported") is not None:
             lines.append(f"  compiler {compiler['kind']} {compiler['reported']} (regs {compiler['regs']}, "
                          f"spills {compiler['spills']}) where it was tuned")
+    if "rule" in result:
+        r = result["rule"]
+        lines.append(f"  rule    {r['name']} fill; each measured bucket filled from the others: {r['line']}")
     if "budget" in result:
         b = result["budget"]
         worst = max(b["estimate"].values())

@@ -42,10 +42,12 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from .bucket_shapes import bucket_corner, case_params, edge_params
 from .errors import BuildError, ExprError, RecordError, SpecError
+from .fits import serves_bucket
 from .hardware import ChipProfile
 from .keys import Key, key_text, sort_key, split_key_field
 from .records import CheckRecord, Record, TrialRecord, WinnerRecord, latest_measure_runs
-from .space import carried, default_point, find_variant, parse_point_name, point_id
+from .space import (carried, carried_clamped, clamped as clamp_to, constraint_failed, default_point, parse_point_name,
+                    point_id)
 from .spec import OpSpec
 
 __all__ = ["RankParams", "Candidate", "Bucket", "Evidence", "Choice", "LooRow", "LooSummary", "DEFAULT",
@@ -112,16 +114,19 @@ class Candidate(NamedTuple):
     def label(self) -> str:
         return DEFAULT if not self.variant else f"winner of {self.sources[0]!r}"
 
-    def at(self, spec: OpSpec, chip: ChipProfile, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
-        """The candidate's variant and point at a shape (None: its fixed tunables, or the
-        default, do not evaluate there)."""
+    def at(self, spec: OpSpec, chip: ChipProfile, params: Mapping[str, Any],
+           largest: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]] | None:
+        """The candidate's variant and point at a shape, its tiles clamped to ``largest`` (the
+        largest call of the bucket, as the measure step runs it; :func:`opgen.space.carried_clamped`)
+        where given (None: its fixed tunables, or the default, do not evaluate there)."""
         if not self.variant:
             try:
                 found = default_point(spec, chip, params)
             except (BuildError, SpecError, ExprError):  # the default picks nothing legal there
                 return None
             return found.variant, found.config
-        moved = carried(spec, self.variant, self.point, params)
+        moved = (carried(spec, self.variant, self.point, params) if largest is None
+                 else carried_clamped(spec, chip, self.variant, self.point, params, largest))
         return None if moved is None else (self.variant, moved)
 
 
@@ -133,6 +138,7 @@ class Bucket(NamedTuple):
     key: Key
     case: dict[str, Any]
     params: dict[str, Any]
+    largest: dict[str, Any]  # the bucket's largest call, which the measure step clamps tiles to
     kind: str  # "measured" or "tuned"
     shares: dict[str, float]
     how: dict[str, str]
@@ -145,20 +151,30 @@ class Evidence:
 
     pool: tuple[Candidate, ...]
     buckets: dict[Key, Bucket]
-    _memo: dict[str, dict[Key, float]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def logs_of(self, spec: OpSpec, chip: ChipProfile, cand: Candidate) -> tuple[tuple[Key, float], ...]:
+        """:meth:`shares_of` as (bucket, log share) pairs, in the evidence's order."""
+        memo = "log " + cand.ident
+        if memo not in self._memo:
+            self._memo[memo] = tuple((k, math.log(v)) for k, v in self.shares_of(spec, chip, cand).items())
+        return self._memo[memo]
 
     def shares_of(self, spec: OpSpec, chip: ChipProfile, cand: Candidate) -> dict[Key, float]:
-        """Per bucket that timed the candidate (carried there), its time over the fastest."""
+        """Per bucket that timed the candidate, its time over the fastest: carried there with its
+        tiles clamped to the bucket (as the measure step runs it) or, where no run timed that,
+        carried as it is (as runs before the clamp timed it)."""
         ident = cand.ident
         if ident not in self._memo:
             out = {}
             for key, bucket in self.buckets.items():
                 if not cand.variant:
-                    here = bucket.default or None
+                    found = [bucket.default or None]
                 else:
-                    found = cand.at(spec, chip, bucket.params)
-                    here = None if found is None else point_id(*found)
-                if here is not None and here in bucket.shares:
+                    found = [None if f is None else point_id(*f) for f in (
+                        cand.at(spec, chip, bucket.params, bucket.largest), cand.at(spec, chip, bucket.params))]
+                here = next((f for f in found if f is not None and f in bucket.shares), None)
+                if here is not None:
                     out[key] = bucket.shares[here]
             self._memo[ident] = out
         return self._memo[ident]
@@ -204,12 +220,14 @@ def candidates(spec: OpSpec, chip: ChipProfile, winners: Mapping[Key, WinnerReco
 
 def _bucket(spec: OpSpec, chip: ChipProfile, key: Key, case: Mapping[str, Any], kind: str,
             shares: dict[str, float], how: dict[str, str]) -> Bucket | None:
+    where = f"{kind} bucket {key}"
     try:
-        params = case_params(spec, case, f"{kind} bucket {key}")
+        params = case_params(spec, case, where)
     except RecordError:
         return None  # a case the spec no longer evaluates
     default = Candidate("", {}, ()).at(spec, chip, params)
-    return Bucket(key, dict(case), params, kind, shares, how, "" if default is None else point_id(*default))
+    return Bucket(key, dict(case), params, edge_params(spec, case, where), kind, shares, how,
+                  "" if default is None else point_id(*default))
 
 
 def measured_buckets(spec: OpSpec, chip: ChipProfile, records: Sequence[Record],
@@ -307,74 +325,62 @@ def distance(spec: OpSpec, a: Key, b: Key, rank: RankParams = RankParams()) -> f
     """How far apart two keys are for the rule: per bucketed field its weight times the bucket
     steps, per differing field of ``dispatch.fill_across`` ``cross_cost``, per other differing plain
     field ``plain_cost`` (None where that is None)."""
-    weights = dict(rank.weights)
+    return _distance(_steps(spec, rank), a, b)
+
+
+def _distance(steps: Sequence[float | None], a: Key, b: Key) -> float | None:
+    """:func:`distance` with the per-field costs :func:`_steps` gives."""
     d = 0.0
-    for (name, field), x, y in zip(spec.dispatch.key.items(), a, b):
+    for cost, x, y in zip(steps, a, b):
         if x == y:
             continue
-        if split_key_field(field)[1] is not None:
-            d += weights.get(name, 1.0) * abs(x - y)
-        elif name in spec.dispatch.fill_across:
-            d += rank.cross_cost
-        elif rank.plain_cost is None:
+        if cost is None:
             return None
-        else:
-            d += rank.plain_cost
+        d += cost * abs(x - y) if cost.__class__ is _Step else cost
     return d
 
 
+class _Step(float):
+    """The distance of one bucket step of a bucketed field (times the steps), apart from the flat
+    cost of a differing plain field."""
+
+
+_STEPS: dict[tuple[int, RankParams], tuple[OpSpec, tuple[float | None, ...]]] = {}
+
+
+def _steps(spec: OpSpec, rank: RankParams) -> tuple[float | None, ...]:
+    """Per key field what :func:`distance` adds where two keys differ there (cached per spec)."""
+    memo = (id(spec), rank)
+    if memo not in _STEPS:
+        weights = dict(rank.weights)
+        out: list[float | None] = []
+        for name, field in spec.dispatch.key.items():
+            if split_key_field(field)[1] is not None:
+                out.append(_Step(weights.get(name, 1.0)))
+            elif name in spec.dispatch.fill_across:
+                out.append(rank.cross_cost)
+            else:
+                out.append(rank.plain_cost)
+        _STEPS[memo] = (spec, tuple(out))
+    return _STEPS[memo][1]
+
+
 def _plain_same(spec: OpSpec, a: Key, b: Key) -> bool:
-    return all(x == y for field, x, y in zip(spec.dispatch.key.values(), a, b) if split_key_field(field)[1] is None)
+    return all(x == y for cost, x, y in zip(_steps(spec, RankParams()), a, b) if cost.__class__ is not _Step)
 
 
-def _violated(spec: OpSpec, variant: str, point: Mapping[str, Any], params: Mapping[str, Any]) -> list[Any]:
-    """The spec's constraints the point violates at ``params`` (one that does not evaluate counts)."""
-    env = {**params, **find_variant(spec, variant).flags, **point}
-    failed = []
-    for c in spec.constraints:
-        try:
-            ok = c.evaluate(env)
-        except ExprError:
-            ok = False
-        if not ok:
-            failed.append(c)
-    return failed
-
-
-def _clamp(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
-           params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The point with each tunable a violated constraint reads (and the variant leaves free)
-    narrowed to the widest value of its domain that meets the constraints at ``params``; None
-    where no narrowing meets them."""
-    from .space import fixed_values
-
-    try:
-        fixed = fixed_values(spec, find_variant(spec, variant), params)
-    except (SpecError, ExprError):
-        return None
-    out = dict(point)
-    for _ in range(len(out) * 8):
-        failed = _violated(spec, variant, {**out, **fixed}, params)
-        if not failed:
-            return out
-        names = [n for c in failed for n in c.names if n in out and n not in fixed]
-        for name in names:
-            below = sorted((v for v in spec.tunables[name].domain.get(chip.rendering, ())
-                            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < out[name]),
-                           reverse=True)
-            if below:
-                out[name] = below[0]
-                break
-        else:
-            return None
-    return None
+def _order(evidence: Evidence, key: Key) -> tuple[Any, ...]:
+    """The sort key of an evidence bucket's key (:func:`opgen.keys.sort_key`), computed once."""
+    memo = evidence._memo.setdefault("sort keys", {})
+    if key not in memo:
+        memo[key] = sort_key(key)
+    return memo[key]
 
 
 def _admit(spec: OpSpec, chip: ChipProfile, cand: Candidate, case: Mapping[str, Any], clamp: bool
            ) -> tuple[str, dict[str, Any], dict[str, Any], bool] | None:
     """The candidate's (variant, point as a row keeps it, point carried to ``case``, clamped) if it
     may stand for the bucket of ``case``, else None."""
-    from .table import serves_bucket
 
     where = f"fill of the bucket of {dict(case)}"
     params = case_params(spec, case, where)
@@ -388,8 +394,8 @@ def _admit(spec: OpSpec, chip: ChipProfile, cand: Candidate, case: Mapping[str, 
     clamped = False
     if at_high is None:
         return None
-    if _violated(spec, variant, at_high, high):
-        narrow = _clamp(spec, chip, variant, point, high) if clamp else None
+    if constraint_failed(spec, variant, at_high, high) is not None:
+        narrow = clamp_to(spec, chip, variant, point, high) if clamp else None
         if narrow is None:
             return None
         point, clamped = narrow, True
@@ -418,31 +424,38 @@ def rank_fill(spec: OpSpec, chip: ChipProfile, evidence: Evidence, key: Key, cas
     """
     exclude = set(exclude) | {key}
     reach = rank.reach if rank.reach is not None else spec.dispatch.fill_distance
+    steps = _steps(spec, rank)
+    plain = [i for i, cost in enumerate(steps) if cost.__class__ is not _Step]
     near = []
     for other, bucket in evidence.buckets.items():
         if other in exclude or (bucket.kind == "tuned" and rank.tuned <= 0):
             continue
-        d = distance(spec, key, other, rank)
+        d = _distance(steps, key, other)
         if d is not None and (reach is None or d <= reach):
             weight = math.exp(-d / rank.tau) * (rank.tuned if bucket.kind == "tuned" else 1.0)
             near.append((d, other, weight))
-    near.sort(key=lambda t: (t[0], sort_key(t[1])))
+    near.sort(key=lambda t: (t[0], _order(evidence, t[1])))
+    own = {other for _, other, _ in near if all(key[i] == other[i] for i in plain)}
+    weight = {other: w for _, other, w in near}
     scored = []
     for order, cand in enumerate(evidence.pool):
         if cand.variant and not set(cand.sources) - exclude:
             continue
-        timed = evidence.shares_of(spec, chip, cand)
-        found = [(other, d, timed[other], w) for d, other, w in near if other in timed]
-        if len(found) < max(1, rank.min_evidence):
+        total = mass = 0.0
+        count, mine = 0, False
+        for other, log in evidence.logs_of(spec, chip, cand):
+            w = weight.get(other)
+            if w is not None:
+                total, mass, count, mine = total + w * log, mass + w, count + 1, mine or other in own
+        if count < max(1, rank.min_evidence) or (rank.own and cand.variant and not mine):
             continue
-        if rank.own and cand.variant and not any(_plain_same(spec, key, other) for other, _, _, _ in found):
-            continue
-        score = sum(w * math.log(s) for _, _, s, w in found) / sum(w for _, _, _, w in found)
-        scored.append(((score, -len(found), order), cand, tuple((o, d, s) for o, d, s, _ in found)))
-    for (score, _, _), cand, found in sorted(scored, key=lambda t: t[0]):
+        scored.append(((total / mass, -count, order), cand))
+    for (score, _, _), cand in sorted(scored, key=lambda t: t[0]):
         admitted = _admit(spec, chip, cand, case, rank.clamp)  # in score order: the first that qualifies
         if admitted is not None:
             variant, point, moved, clamped = admitted
+            timed = evidence.shares_of(spec, chip, cand)
+            found = tuple((other, d, timed[other]) for d, other, _ in near if other in timed)
             return Choice(key, cand, variant, point, moved, math.exp(score), found, clamped)
     return None
 
@@ -456,10 +469,11 @@ def target_case(spec: OpSpec, evidence: Evidence, key: Key, rank: RankParams = R
     names = list(spec.dispatch.key)
     across = {i: names[i] for i in range(len(names)) if names[i] in spec.dispatch.fill_across}
     order = []
+    strict = _steps(spec, dataclasses.replace(rank, plain_cost=None))
     for other, bucket in evidence.buckets.items():
-        d = distance(spec, key, other, dataclasses.replace(rank, plain_cost=None))
+        d = _distance(strict, key, other)
         if d is not None:
-            order.append((d, sort_key(other), bucket))
+            order.append((d, _order(evidence, other), bucket))
     for _, _, bucket in sorted(order, key=lambda t: t[:2]):
         case = {**bucket.case, **{name: key[i] for i, name in across.items()}}
         try:

@@ -23,6 +23,7 @@ from .keys import Key, key_text, sort_key
 from .plan import Bucket
 from .records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
 from .bucket_shapes import edge_params
+from .fits import point_fits, serves_bucket
 from .space import Point, carried_clamped, point_id
 from .spec import OpSpec
 
@@ -269,7 +270,6 @@ def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Buck
     shape), if it may stand for the bucket from each of its cases
     (:func:`opgen.table.serves_bucket`: legal and within budget there and on the bucket's largest
     shape); None otherwise."""
-    from .table import serves_bucket
 
     moved = carried_point_at(spec, profile, point, bucket.params[0],
                              edge_params(spec, bucket.cases[0], f"bucket {bucket.key}"))
@@ -283,7 +283,6 @@ def _default_here(spec: OpSpec, profile: ChipProfile, bucket: Bucket) -> Point |
     """The spec's default at the bucket's first case, if it is legal and fits every case of the
     bucket (None otherwise: the table cannot keep it there)."""
     from .space import default_point
-    from .table import point_fits
 
     point = default_point(spec, profile, bucket.params[0])
     return point if all(point_fits(spec, profile, point.variant, point.config, params)

@@ -214,17 +214,21 @@ def constraint_failed(spec: OpSpec, variant: str, point: Mapping[str, Any], para
 def clamped(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
             params: Mapping[str, Any]) -> dict[str, Any] | None:
     """``point`` meeting the spec's constraints at ``params`` (a bucket's largest call): while a
-    constraint fails, the first integer tunable it reads that the variant does not fix and that
-    can be lowered to meet it takes the largest such value of its domain (tiles clamped to the
+    constraint fails (the tunables the variant fixes taken as they evaluate there), the first
+    integer tunable it reads that the variant does not fix and that can be lowered to meet it
+    takes the largest such value of its domain (tiles clamped to the
     dims they cover: ``BV <= max(16, pow2(V))`` turns BV 128 into 64 at V = 64). None where no
     lowering meets every constraint, or they do not evaluate. Each step lowers a value of a finite
     domain, so the loop ends."""
     flags = find_variant(spec, variant).flags
-    fixed = set(fixed_values(spec, find_variant(spec, variant), params))
+    try:
+        fixed = fixed_values(spec, find_variant(spec, variant), params)
+    except (SpecError, ExprError):
+        return None
     out = dict(point)
 
-    def meets(constraint: Any, values: Mapping[str, Any]) -> bool:
-        return bool(constraint.evaluate({**params, **flags, **values}))
+    def meets(constraint: Any, values: Mapping[str, Any]) -> bool:  # the fixed tunables as they run there
+        return bool(constraint.evaluate({**params, **flags, **values, **fixed}))
 
     try:
         while (failed := next((c for c in spec.constraints if not meets(c, out)), None)) is not None:

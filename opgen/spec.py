@@ -164,6 +164,10 @@ class Dispatch(_Model):
     # only from a bucket that differs from it in these fields alone (mamba3: the grid's size, not
     # the shapes its tiles and kernels follow).
     fill_moves: tuple[Ident, ...] = ()
+    # How an untuned bucket the measure step never timed is filled: ``nearest``, the nearest tuned
+    # or measured bucket's row; ``ranked``, the candidate the records timed nearest the fastest on
+    # the buckets around it, weighed by distance (:mod:`opgen.fill_rank`).
+    fill_rule: Literal["nearest", "ranked"] = "nearest"
 
 
 class Reference(_Model):

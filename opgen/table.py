@@ -14,8 +14,9 @@ Uses ``records``, ``space``, ``spec``, ``hardware``.
 """
 from __future__ import annotations
 
-import itertools
 import dataclasses
+import hashlib
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,12 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from .bucket_shapes import (bucket_corner, case_params as _params, edge_params, free_fields, low_params,
                             plain_fields)
 from .errors import BudgetError, ExprError, RecordError, SpecError
+from .fits import _fits, legal_across, point_fits, serves_bucket
 from .hardware import ChipProfile
 from .keys import Key, key_of, key_text, sort_key, split_key_field
 from .records import (CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, latest_measure_runs,
                       read)
-from .space import (budget_bytes, carried_clamped, clamped, constraint_failed, find_variant, fixed_values, is_legal,
+from .space import (carried_clamped, clamped, constraint_failed, find_variant, fixed_values, is_legal,
                     parse_point_name, point_id)
 from .spec import OpSpec
 
@@ -49,6 +51,8 @@ class Row(NamedTuple):
     winner: WinnerRecord
     source: Key | None = None
     measured: MeasureRecord | None = None
+    ranked: Any = None  # the ranked fill's choice (opgen.fill_rank.Choice): its evidence
+
 
     @property
     def comment(self) -> str:
@@ -158,53 +162,6 @@ def _point_problem(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: M
     return None
 
 
-def _fits(spec: OpSpec, chip: ChipProfile, variant_name: str, point: Mapping[str, Any],
-          params: Mapping[str, Any]) -> tuple[bool, bool]:
-    """Whether the variant is legal for ``params`` with this point, and whether the point fits the
-    chip's budget. Legal takes the variant's ``when`` and the tunables it fixes: a point holds the
-    values they evaluate to at ``params`` (vloop's one K tile of pow2(K) columns, tuned at K = 64,
-    cannot stand for K = 96, where that kernel's tile would not cover K)."""
-    variant = find_variant(spec, variant_name)
-    used = budget_bytes(spec, variant, point, params, chip)
-    legal = is_legal(spec, variant, params) and all(
-        point.get(name, value) == value for name, value in fixed_values(spec, variant, params).items())
-    return legal, used is None or used[1] <= chip.budget(used[0])
-
-
-def fits_case(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any]) -> bool:
-    """Whether a winner's variant is legal for ``params`` and its point within the chip's budget there."""
-    return point_fits(spec, chip, rec.variant, rec.point, params)
-
-
-def point_fits(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
-               params: Mapping[str, Any]) -> bool:
-    """Whether the variant is legal for ``params`` with this point, within the chip's budget there."""
-    legal, fits = _fits(spec, chip, variant, point, params)
-    return legal and fits
-
-
-def legal_across(spec: OpSpec, variant: str, case: Mapping[str, Any], where: str, key: Key | None = None) -> bool:
-    """Whether ``variant`` is legal on the smallest shape of the bucket of ``key`` (the case's
-    by default), beside the shapes the budget checks take (the case, the bucket's largest): a
-    row serves every call of its bucket, and the generated API refuses a choice illegal for the
-    call's shape."""
-    low = low_params(spec, case, where, key)
-    return low is None or is_legal(spec, find_variant(spec, variant), low)
-
-
-def serves_bucket(spec: OpSpec, chip: ChipProfile, variant: str, point: Mapping[str, Any],
-                  case: Mapping[str, Any]) -> bool:
-    """Whether a point measured on ``case`` may stand for its whole bucket: legal and within
-    budget on the case and on the bucket's largest shape (:func:`edge_params`), so that the
-    tunables its variant fixes hold across the bucket (vloop's one K tile: 16 columns at K = 16
-    would not cover a K = 32 call of the same bucket), and legal on its smallest shape too
-    (:func:`legal_across`)."""
-    where = f"bucket of case {dict(case)}"
-    return all(point_fits(spec, chip, variant, point, params)
-               for params in (_params(spec, case, where), edge_params(spec, case, where))) \
-        and legal_across(spec, variant, case, where)
-
-
 def comment_of(rec: WinnerRecord) -> str:
     """What a winner measured, for a person: median, flush, on-chip bytes, spills, date."""
     parts = [f"median {rec.median_ms:.4f} ms" + (" (writing flush)" if rec.flush == "write" else "")]
@@ -233,13 +190,42 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         RecordError: a malformed or foreign record, or a fresh winner illegal for its own case.
         BudgetError: a fresh winner over the chip's budget.
     """
+    memo = (id(spec), chip.name, str(path), _content(path), tuple(sorted(kernel_hashes.items())), fill)
+    if memo not in _TABLES:
+        if len(_TABLES) > 16:
+            _TABLES.clear()
+        _TABLES[memo] = (spec, _frozen_rows(spec, chip, path, kernel_hashes, fill))
+    return _TABLES[memo][1]
+
+
+# (id(spec), chip, path, its content's digest, kernel hashes, fill) -> (spec, table): the spec is
+# held so that its id stays its own; a table takes seconds to freeze and is read several times a run
+_TABLES: dict[tuple[Any, ...], tuple[OpSpec, FrozenTable]] = {}
+
+
+def _content(path: Path) -> str | None:
+    """A digest of the records file (None where there is none)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str],
+                 fill: bool) -> FrozenTable:
+    """:func:`frozen_rows`, uncached."""
     records = read_keyed(spec, chip, path)
     fresh, old, pending = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
     by_measure = fill_measured(spec, chip, fresh, records.records, kernel_hashes, pending) if fill \
         else MeasuredFill([], {})
-    filled, defaulted = _filled(spec, chip, fresh, by_measure) if fill else ([], 0)
+    if not fill:
+        filled, defaulted = [], 0
+    elif spec.dispatch.fill_rule == "ranked":
+        filled, defaulted = _filled_ranked(spec, chip, fresh, pending, by_measure, records.records, kernel_hashes)
+    else:
+        filled, defaulted = _filled(spec, chip, fresh, by_measure)
     measured = [r for r in filled if r.measured is not None]
     rows = sorted(rows + filled, key=lambda r: sort_key(r.key))
     old.sort(key=lambda s: sort_key(s.record.key))
@@ -573,6 +559,32 @@ def _filled(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
     return measured.rows + _rows_of(spec, chip, sources, pairs), sum(1 for _, src, _ in pairs if src not in sources)
 
 
+def _filled_ranked(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord],
+                   pending: Mapping[Key, WinnerRecord], measured: MeasuredFill, records: Iterable[Record],
+                   kernel_hashes: Mapping[str, str]) -> tuple[list[Row], int]:
+    """The measured rows, then for every other untuned bucket of the nearest fill's categories
+    the ranked fill's choice (:func:`opgen.fill_rank.fill_ranked`), and how many of those
+    buckets it left to the spec's default."""
+    from .fill_rank import fill_ranked, gather
+
+    evidence = gather(spec, chip, tuple(records), kernel_hashes, tuned, pending)
+    winners = {**pending, **tuned}
+    tunables = spec.tunables_for(chip.backend)
+    taken = {*tuned, *(r.key for r in measured.rows), *measured.kept}
+    rows, defaulted = list(measured.rows), 0
+    for target in fill_targets(spec, [*taken], None):
+        if target in taken:
+            continue
+        choice = fill_ranked(spec, chip, evidence, target)
+        if choice is None or not choice.candidate.variant:
+            defaulted += 1
+            continue
+        src = choice.candidate.sources[0]
+        rows.append(Row(target, choice.variant, {n: choice.point[n] for n in tunables}, winners[src], src,
+                        ranked=choice))
+    return rows, defaulted
+
+
 def stand_ins(measured: Iterable[Row]) -> dict[Key, WinnerRecord]:
     """Measured rows as sources of the nearest fill, beside the tuned winners: each its winner's
     record moved to the measured key and case, with the time measured there as its median."""
@@ -628,6 +640,32 @@ def default_source(spec: OpSpec, chip: ChipProfile, table: FrozenTable, key: Key
                  if src not in sources), None)
 
 
+def fill_targets(spec: OpSpec, sources: Iterable[Key], only: Key | None) -> Iterable[Key]:
+    """The keys a fill decides from ``sources``: every combination of bucket indices for each
+    assignment of the unbucketed fields among the sources (a field of the spec's
+    ``dispatch.fill_across`` taking every value any source has), in key order; with ``only``,
+    that key alone if it is one of them."""
+    fields_ = list(spec.dispatch.key.values())
+    bucketed = [i for i, f in enumerate(fields_) if split_key_field(f)[1]]
+    if not bucketed:
+        return
+    sources = list(sources)
+    across = [i for i, name in enumerate(spec.dispatch.key) if name in spec.dispatch.fill_across]
+    plain = [i for i in range(len(fields_)) if i not in bucketed]
+    seen = {i: sorted({key[i] for key in sources}, key=repr) for i in across}
+    cats = {combo for key in sources for combo in itertools.product(*(seen[i] if i in across else [key[i]]
+                                                                       for i in plain))}
+    counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
+    if only is not None:  # one key: no walk over the others
+        if tuple(only[i] for i in plain) in cats and all(0 <= only[i] < n for i, n in zip(bucketed, counts)):
+            yield only
+        return
+    for cat in sorted(cats, key=sort_key):
+        for combo in itertools.product(*(range(n) for n in counts)):
+            slots, rest = dict(zip(bucketed, combo)), iter(cat)
+            yield tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
+
+
 def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], only: Key | None,
                      keep: frozenset[Key]) -> Iterable[tuple[Key, Key, dict[str, Any] | None]]:
     """(target, source, point) for each key the nearest fill decides (:func:`fill_nearest`): a key
@@ -644,24 +682,9 @@ def _nearest_sources(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winner
     groups: dict[Key, list[Key]] = {}  # by the unbucketed fields a fill may not cross
     for key in sources:
         groups.setdefault(tuple(key[i] for i in plain if i not in across), []).append(key)
-    # The sources' categories, each with every value its crossed fields take in any source
-    seen = {i: sorted({key[i] for key in sources}, key=repr) for i in across}
-    cats = {combo for key in sources for combo in itertools.product(*(seen[i] if i in across else [key[i]]
-                                                                       for i in plain))}
-    counts = [len(split_key_field(fields_[i])[1]) + 1 for i in bucketed]
     reach = spec.dispatch.fill_distance
 
-    def targets() -> Iterable[Key]:
-        if only is not None:  # one key: no walk over the others
-            if tuple(only[i] for i in plain) in cats and all(0 <= only[i] < n for i, n in zip(bucketed, counts)):
-                yield only
-            return
-        for cat in sorted(cats, key=sort_key):
-            for combo in itertools.product(*(range(n) for n in counts)):
-                slots, rest = dict(zip(bucketed, combo)), iter(cat)
-                yield tuple(slots[i] if i in slots else next(rest) for i in range(len(fields_)))
-
-    for target in targets():
+    for target in fill_targets(spec, sources, only):
         if target in tuned or target in keep:
             continue
         order = _nearest(bucketed, target, across)

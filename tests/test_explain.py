@@ -31,15 +31,23 @@ def test_a_tuned_shape_names_its_winner_and_cross_check():
 
 
 def test_a_filled_shape_names_the_tuned_bucket_it_comes_from():
+    # GLA's ranked fill: the candidate timed nearest the fastest around, with its evidence and the
+    # rule's loss on the records
     out = _explain(GLA, "B=2", "T=300", "H=4", "K=128", "V=200", "dtype=float16", "chunk_size=64")
     assert out["row"] == "filled" and out["filled_from"] == out["winner"]["bucket"] != out["bucket"]
+    assert out["filled_by"] == "ranked" and out["ranked"]["buckets"] > 0 and 0 < out["ranked"]["predicted"] <= 1
+    assert out["rule"]["name"] == "ranked" and 0 < out["rule"]["min"] <= out["rule"]["geomean"] <= 1
+    assert "ranked fill: the point of the winner of" in text(out) and "rule    ranked fill" in text(out)
+    # the nearest fill: a bucket nearer to one the measure step kept at the spec's default than to
+    # any row keeps it too
+    nearest = GLA.model_copy(update={"dispatch": GLA.dispatch.model_copy(update={"fill_rule": "nearest"})})
+    out = _explain(nearest, "B=2", "T=300", "H=4", "K=128", "V=200", "dtype=float16", "chunk_size=64")
     assert out["filled_by"] == "nearest" and "filled from the tuned bucket" in text(out)
-    # a bucket nearer to one the measure step kept at the spec's default than to any row keeps it too
-    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=64")
+    out = _explain(nearest, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=64")
     assert out["row"] == "default" and out["default_from"] != out["bucket"]
     assert f"measured fastest on the nearest measured bucket, {out['default_from']}" in text(out)
     # a bucket next to one the measure step filled takes that bucket's row
-    out = _explain(GLA, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=32")
+    out = _explain(nearest, "B=2", "T=300", "H=4", "K=96", "V=200", "dtype=float16", "chunk_size=32")
     assert out["filled_by"] == "nearest measured" and "filled from the measured bucket" in text(out)
 
 

@@ -436,12 +436,12 @@ def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
     path, small, large, case, target = setup
     _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.20)])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
-    here = explain.explain(tmp_path, gla, CHIP, case, table)
+    here = explain.explain(tmp_path, gla, CHIP, case, table, hashes)
     assert (here["filled_by"], here["measured"]["ms"], here["variant"]) == ("measured", 0.10, small.variant)
     assert "  measure 0.1000 ms here (run 2026-12-01/aaaa)" in explain.text(here).splitlines()
-    above = explain.explain(tmp_path, gla, CHIP, {**case, "B": 8}, table)  # one tasks bucket up
+    above = explain.explain(tmp_path, gla, CHIP, {**case, "B": 8}, table, hashes)  # one tasks bucket up
     assert above["filled_by"] == "nearest measured" and "filled from the measured bucket" in explain.text(above)
-    far = explain.explain(tmp_path, gla, CHIP, {**case, "K": 32}, table)
+    far = explain.explain(tmp_path, gla, CHIP, {**case, "K": 32}, table, hashes)
     assert far["filled_by"] == "nearest"
 
 

@@ -24,7 +24,10 @@ POINT = {"BK": 64, "BV": 64, "DOT_PRECISION": "ieee", "A_PAIR": True, "EARLY_INT
 
 @pytest.fixture(scope="module")
 def gla():
-    return load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
+    """The GLA spec under the nearest fill: these tests and those that import this fixture pin
+    that rule on small record files (tests/test_fill_rank.py tests the ranked one the spec names)."""
+    spec = load_spec(ROOT / "specs" / f"{OP}.yaml", ROOT)
+    return spec.model_copy(update={"dispatch": spec.dispatch.model_copy(update={"fill_rule": "nearest"})})
 
 
 @pytest.fixture(scope="module")
