@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from opgen.errors import ExprError, SpecError
-from opgen.expr import bounded_pow, parse
+from opgen.expr import MAX_BITS, MAX_ITEMS, bounded, bounded_pow, parse, python_helpers
 from opgen.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,20 +73,70 @@ def test_formulas_too_long_or_deep_are_refused_at_parse(source, expected):
         parse(source)
 
 
-@pytest.mark.parametrize("source, expected", [
+# Each kind of formula that would build without bound: what it builds, the error saying so.
+GROWTH = [
     ("N ** 9 ** 9", "exponent 387420489 exceeds 64"),
+    ("((((((2**64)**64)**64)**64)**64)**64)", "an integer of 4097 bits (at most 4096)"),
+    ("(N ** 64) ** 64", "an integer of more than 81600 bits"),
+    ("BIG * BIG", "an integer of at least 6001 bits"),
+    ("BIG ** 2", "an integer of more than 6000 bits"),
     ("'x' * 10 ** 15", "repeated more than 4096 times"),
     ("(1, 2) * N", "repeated more than 4096 times"),
-])
+    ("('x' * 4096) * 4096 * 4096", "a string of 16777216 characters (at most 4096)"),
+    ("(('x' * 64,) * 64,) * 64", "a tuple of more than 4096 items (nested ones counted)"),
+    ("('x' * 4000) + ('y' * 4000)", "a string of more than 4096 characters"),
+    ("(0,) * 3000 + (1,) * 3000", "a tuple of more than 4096 items"),
+    ("'%0999999999999d' % 1", "% formatting of a string is not allowed"),
+    ("('%' + '0999999999999d') % N", "% formatting of a string is not allowed"),
+]
+
+
+@pytest.mark.parametrize("source, expected", GROWTH)
 def test_formulas_that_would_hang_or_fill_memory_fail_fast(source, expected):
-    with pytest.raises(ExprError, match=expected):
-        parse(source).evaluate({"N": 10 ** 6})
+    with pytest.raises(ExprError, match=re.escape(expected)) as info:
+        parse(source).evaluate({"N": 10 ** 6, "BIG": 2 ** 3000})
+    assert repr(source) in str(info.value)  # the formula is named
+
+
+@pytest.mark.parametrize("source, expected", GROWTH)
+def test_generated_code_bounds_what_opgen_bounds(source, expected):
+    expr = parse(source)
+    helpers: dict = {}
+    exec(python_helpers(expr.python_calls()), helpers)  # noqa: S102 - the rendered helpers
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        eval(expr.to_python(), helpers, {"N": 10 ** 6, "BIG": 2 ** 3000})  # noqa: S307
+
+
+@pytest.mark.parametrize("source", ["1 << N", "N >> 1", "f'{N:>999999999}'", "'{:>999999999}'.format(N)", "N @ N"])
+def test_operators_that_build_without_bound_are_not_in_the_language(source):
+    with pytest.raises(ExprError, match="not allowed"):
+        parse(source)
+
+
+def test_the_limits_hold_at_their_edge():
+    assert bounded(2 ** MAX_BITS - 1) and bounded("x" * MAX_ITEMS) and bounded((("ab",),) * 1000)
+    assert parse("2 ** 64 * 2 ** 63 * N").evaluate({"N": 3}) == 3 * 2 ** 127
+    assert parse("(2 ** 63) ** 64 * 8 - 1").evaluate({}) == 2 ** 4035 - 1
+    for source in ("2 ** 64 * 2 ** 64 * (2 ** 63) ** 64", "(2 ** 63) ** 64 * 2 ** 64"):
+        with pytest.raises(ExprError, match="bits"):
+            parse(source).evaluate({})
+
+
+def test_generated_code_calls_the_helpers_only_where_an_operand_may_be_a_sequence():
+    expr = parse("B * H * NT + (8 if K % 8 == 0 else 1) + dtype * 2 + 2 ** K")
+    numbers = {"B", "H", "NT", "K"}
+    assert expr.to_python(numbers) == ("bounded_add(bounded_add(B * H * NT + (8 if K % 8 == 0 else 1), "
+                                       "bounded_mul(dtype, 2)), bounded_pow(2, K))")
+    assert expr.python_calls(numbers) == {"bounded", "bounded_add", "bounded_mul", "bounded_pow"}
+    assert parse("B * H * NT + K % 8").to_python(numbers) == "B * H * NT + K % 8"
+    assert parse("max(B, K) * min(T) + abs(H) * cdiv(B, H)").to_python(numbers) == \
+        "bounded_add(bounded_mul(max(B, K), min(T)), abs(H) * cdiv(B, H))"  # min(T) is an item of T
 
 
 def test_generated_formulas_bound_exponents_as_opgen_does():
     expr = parse("N ** 9 ** 9 + 2 ** N")
     assert expr.to_python() == "bounded_pow(N, bounded_pow(9, 9)) + bounded_pow(2, N)"
-    assert "bounded_pow" in expr.calls
+    assert expr.python_calls() == {"bounded", "bounded_pow"} and expr.calls == ()
     assert bounded_pow(2, 10) == 1024
     with pytest.raises(ValueError, match="exceeds 64"):
         bounded_pow(3, 65)
@@ -213,3 +263,12 @@ def test_a_records_line_with_a_key_twice_is_refused_naming_the_line(tmp_path):
         read(path, op="chunk_gla_fwd_o_gk", chip="h200")
     path.write_text(lines[0] + "\n" + lines[1] + "\n")
     assert len(read(path, op="chunk_gla_fwd_o_gk", chip="h200").records) == 2
+
+
+def test_a_constraint_that_would_hang_the_dry_run_is_named(tmp_path):
+    root = _toy(tmp_path)
+    _edit(root, '"BLOCK <= max(16, pow2(N))"', '"BLOCK <= max(16, pow2(N)) + ((((((2**64)**64)**64)**64)**64)**64)"')
+    result = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--dry-run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "formula 'BLOCK <= max(16, pow2(N)) + ((((((2**64)**64)**64)**64)**64)**64)'" in result.stderr
+    assert "an integer of 4097 bits (at most 4096)" in result.stderr
