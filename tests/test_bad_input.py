@@ -219,12 +219,52 @@ def test_check_and_build_see_links_caches_modes_and_folders(tmp_path):
      '  - {rule: "N // 0 == 0", error: ValueError, message: "never"}\n', "checks.0 cannot be evaluated"),
     ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', 'ub_bytes: "BLOCK > 4"', "a byte count"),
     ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', "ub_bytes: \"'a lot'\"", "a byte count"),
+    ("N: {expr: N, buckets", 'N: {expr: "cdiv(N, 0)", buckets', "dispatch.key.N cannot be evaluated"),
 ])
 def test_the_build_refuses_what_would_fail_later(tmp_path, old, new, expected):
     root = _toy(tmp_path)
     _edit(root, old, new)
     result = _opgen(root, "build")
     assert result.returncode != 0 and expected in result.stderr and "Traceback" not in result.stderr
+    assert not (root / "generated").exists()  # refused before anything is written
+
+
+NESTED = "((((((2**64)**64)**64)**64)**64)**64)"
+KEY = "N: {expr: N, buckets"
+CONSTRAINT = '  - "BLOCK <= max(16, pow2(N))"\n'
+BUDGET = '"BLOCK * 4 * (2 if multibuffer else 1)"'
+
+
+# Every kind of formula of the toy spec, made to fail on its case: the build names the case, the key
+# path and the formula.
+@pytest.mark.parametrize("old, new, expected", [
+    (KEY, 'N: {expr: "cdiv(N, 0)", buckets',
+     "dispatch.key.N cannot be evaluated: formula 'cdiv(N, 0)': ZeroDivisionError"),
+    (KEY, f'N: {{expr: "N + {NESTED}", buckets', "dispatch.key.N cannot be evaluated: formula 'N + ((((((2**64)"),
+    (KEY, "N: {expr: \"'big'\", buckets", "dispatch.key.N gives 'big', not a finite number to bucket"),
+    (KEY, 'N: "(N, N)"\n    M: {expr: N, buckets', "dispatch.key.N gives (50, 50), not a string, boolean or finite"),
+    (CONSTRAINT, '  - "BLOCK <= N // (N - 50)"\n', "constraints.0 cannot be evaluated with good at the "),
+    (CONSTRAINT, f'  - "BLOCK <= {NESTED}"\n', "constraints.0 cannot be evaluated with good"),
+    (BUDGET, '"BLOCK * 4 // (0 if MODE == \'wrong\' else 1)"', "budgets.npu.ub_bytes cannot be evaluated with wrong at"),
+    (BUDGET, f'"BLOCK * 4 + {NESTED}"', "the ascend910b1 default fails: formula 'BLOCK * 4 + ((((((2**64)"),
+    ('BLOCK: "16"}', f'BLOCK: "16 + {NESTED}"}}', "default fails: formula '16 + ((((((2**64)"),
+    (CONSTRAINT, f'{CONSTRAINT}params:\n  NB: "N * {NESTED}"\n', "its params do not evaluate: formula 'N * (((((("),
+    ('hang: {doc: "never returns"}', 'hang: {doc: "never returns", when: "N // 0 > 1"}',
+     "variants.axes.MODE.hang.when cannot be evaluated: formula 'N // 0 > 1'"),
+    ('crash: {doc: "kills its process"}', 'crash: {doc: "x", fixed: {BLOCK: "N // (N - 50)"}}',
+     "variants.axes.MODE.crash.fixed.BLOCK cannot be evaluated"),
+    ("when: bias_given", "when: \"bias_given + 'x'\"", "signature.outputs.y_plus.when cannot be evaluated"),
+])
+def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, expected):
+    from opgen.case_checks import check_cases
+    from opgen.errors import BuildError
+
+    root = _toy(tmp_path)
+    _edit(root, old, new)
+    with pytest.raises(BuildError) as info:
+        check_cases(load_spec(root / "specs" / "toy_op.yaml", root))
+    assert "specs/toy_op.yaml: case smoke[0] {'N': 50, 'dtype': 'float32'}: " in str(info.value)
+    assert expected in str(info.value)
 
 
 def test_a_template_without_launch_or_not_utf8_is_named(tmp_path):
