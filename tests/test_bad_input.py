@@ -312,3 +312,117 @@ def test_a_constraint_that_would_hang_the_dry_run_is_named(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "formula 'BLOCK <= max(16, pow2(N)) + ((((((2**64)**64)**64)**64)**64)**64)'" in result.stderr
     assert "an integer of 4097 bits (at most 4096)" in result.stderr
+
+
+# --- command line settings: refused before any work, a dry run included ----------------------------
+def _main(capsys, *args: str) -> tuple[int, str]:
+    """``opgen --root <toy> args`` in this process: its exit status and what it printed on stderr."""
+    from opgen.cli import main
+
+    try:
+        code = main(["--root", str(TOY), *args])
+    except SystemExit as exc:  # argparse refuses an option with status 2
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+TUNE = ("tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--dry-run")
+REPLAY = ("replay", "toy_op", "--chip", "interpreter", "--variant", "good", "--records", str(GLA))
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((*TUNE, "--point-timeout", "0"), "argument --point-timeout: expected a finite number > 0, got '0'"),
+    ((*TUNE, "--point-timeout", "-1"), "argument --point-timeout: expected a finite number > 0, got '-1'"),
+    ((*TUNE, "--point-timeout", "inf"), "argument --point-timeout: expected a finite number > 0, got 'inf'"),
+    ((*TUNE, "--trials", "-5"), "argument --trials: expected an integer >= 0, got '-5'"),
+    ((*TUNE, "--repeat", "0"), "argument --repeat: expected an integer >= 1, got '0'"),
+    ((*TUNE, "--warmup", "-1"), "argument --warmup: expected an integer >= 0, got '-1'"),
+    ((*TUNE, "--storage", "/tmp"), "argument --storage: /tmp is a folder, not a file"),
+    ((*TUNE, "--devices", ""), "argument --devices: expected comma-separated device names"),
+    ((*TUNE, "--devices", "cuda:0,,cuda:1"), "argument --devices: expected comma-separated device names"),
+    ((*TUNE, "--compile-workers", "-1"), "argument --compile-workers: expected an integer >= 0, got '-1'"),
+    ((*TUNE, "--study-seconds", "-1"), "argument --study-seconds: expected a finite number >= 0, got '-1'"),
+    ((*TUNE, "--campaign-seconds", "nan"), "argument --campaign-seconds: expected a finite number >= 0, got 'nan'"),
+    ((*TUNE, "--drop-below", "1.5"), "argument --drop-below: expected a number in [0, 1], got '1.5'"),
+    ((*TUNE, "--heartbeat", "0"), "argument --heartbeat: expected an integer >= 1, got '0'"),
+    ((*TUNE, "--date", "2024-13-01"), "argument --date: expected a date YYYY-MM-DD, got '2024-13-01'"),
+    (("cases", "toy_op", "--sample", "100000000"),
+     "argument --sample: expected an integer in [1, 10000] (cases one draw may check), got '100000000'"),
+    (("cases", "toy_op", "--holdout", "nan"), "argument --holdout: expected a number in [0, 1), got 'nan'"),
+    (("cases", "toy_op", "--measure", "1"), "argument --measure: expected a number in [0, 1), got '1'"),
+    ((*REPLAY, "--fraction", "0"), "argument --fraction: expected a number in (0, 1], got '0'"),
+    ((*REPLAY, "--fraction", "-1"), "argument --fraction: expected a number in (0, 1], got '-1'"),
+    ((*REPLAY, "--within", "-0.5"), "argument --within: expected a finite number >= 0, got '-0.5'"),
+    ((*REPLAY, "--seeds", "0"), "argument --seeds: expected an integer >= 1, got '0'"),
+    (("bench", "toy_op", "--baseline", "x", "--rounds", "0"), "argument --rounds: expected an integer >= 1, got '0'"),
+])
+def test_settings_are_refused_naming_the_option(capsys, args, expected):
+    code, err = _main(capsys, *args)
+    assert code == 2 and expected in err and "Traceback" not in err
+
+
+@pytest.fixture
+def odd_paths(tmp_path):
+    """A FIFO, a loop of links, a link to nothing, a file and a folder."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x\n")
+    (tmp_path / "folder").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((*TUNE, "--records", "{dir}/folder"), "argument --records: {dir}/folder is a folder, not a file"),
+    ((*TUNE, "--records", "{dir}/fifo"), "argument --records: {dir}/fifo is a FIFO, not a file"),
+    ((*TUNE, "--records", "/dev/zero"), "argument --records: /dev/zero is a character device, not a file"),
+    ((*TUNE, "--records", "{dir}/loop_a"), "argument --records: {dir}/loop_a: too many levels of symbolic links"),
+    ((*TUNE, "--records", "{dir}/dangling"), "argument --records: {dir}/dangling is a link to nothing"),
+    ((*TUNE, "--storage", "{dir}/fifo"), "argument --storage: {dir}/fifo is a FIFO, not a file"),
+    (("records", "toy_op", "--chip", "interpreter", "--records", "/nonexistent.jsonl"),
+     "--records: no such file: /nonexistent.jsonl"),
+    (("records", "toy_op", "--chip", "interpreter", "--records", "{dir}/loop_a"), "too many levels of symbolic links"),
+    (("cases", "toy_op", "--out", "{dir}/folder"), "argument --out: {dir}/folder is a folder, not a file"),
+    (("cases", "toy_op", "--out", "{dir}/file/cases.yaml"), "argument --out: {dir}/file/cases.yaml: not a directory"),
+    (("schema", "--out", "{dir}/folder"), "argument --out: {dir}/folder is a folder, not a file"),
+    (("schema", "--out", "{dir}/fifo"), "argument --out: {dir}/fifo is a FIFO, not a file"),
+    (("report", "toy_op", "--chip", "interpreter", "--out", "{dir}/file"), "argument --out: {dir}/file is a file, not a folder"),
+    (("report", "toy_op", "--chip", "interpreter", "--storage", "{dir}/folder"),
+     "argument --storage: {dir}/folder is a folder, not a file"),
+    ((*REPLAY[:-2], "--records", "{dir}/nothing.jsonl"), "argument --records: no such file: {dir}/nothing.jsonl"),
+    (("bench", "toy_op", "--baseline", "x", "--merge", "{dir}/dangling"), "argument --merge: {dir}/dangling is a link"),
+    (("bench", "toy_op", "--baseline", "x", "--json", "{dir}/folder"), "argument --json: {dir}/folder is a folder"),
+])
+def test_paths_are_checked_for_their_kind_before_they_are_opened(capsys, odd_paths, args, expected):
+    code, err = _main(capsys, *(a.format(dir=odd_paths) for a in args))
+    assert code == 2 and expected.format(dir=odd_paths) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", ["loop", "fifo", "folder"])
+def test_a_records_file_that_is_no_file_is_refused_not_read_as_empty(tmp_path, kind):
+    from opgen.errors import RecordError
+    from opgen.records import read
+
+    path = tmp_path / "toy_op.jsonl"
+    if kind == "loop":
+        path.symlink_to(path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    with pytest.raises(RecordError, match="toy_op.jsonl"):
+        read(path, op="toy_op", chip="interpreter")
+
+
+URL = "postgresql://user:PASSWORD@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize("args", [
+    ("report", "toy_op", "--chip", "interpreter", "--storage", URL),  # opgen's own error
+    ("report", "toy_op", "--chip", "interpreter", URL),  # argparse's: unrecognized arguments
+    ("records", "toy_op", "--chip", "interpreter", "--pull", URL.replace("postgresql", "mysql")),
+])
+def test_passwords_are_masked_in_every_message(capsys, args):
+    code, err = _main(capsys, *args)
+    assert code == 2 and "user:***@127.0.0.1" in err and "PASSWORD" not in err
