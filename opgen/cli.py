@@ -5,7 +5,8 @@ Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is st
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only, or with
 ``--trials 0 --measure-fill`` what the measure step would compile and time),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
-records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
+records hold), ``explain`` (what the frozen table runs for one call's shape, and why; exit 1
+where the op refuses the call), ``report``
 (a markdown page with plots of an op on a chip, from the committed files), ``schema``
 (the JSON Schema of the spec format) and
 ``replay`` (the search replayed on a recorded exhaustive sweep).
@@ -450,7 +451,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     spec = _op_spec(root, args.op)
     result = explain.explain(root, spec, profile(args.chip), explain.parse_values(spec, args.values))
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else explain.text(result))
-    return 0
+    return 1 if "refused" in result else 0  # the op refuses the call: no kernel runs it
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

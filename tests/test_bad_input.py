@@ -1,5 +1,6 @@
 """Malformed specs, formulas and op calls get an error that names the problem, never a traceback
 from deep inside opgen or a generated module, and never a silently wrong value."""
+import importlib.util
 import os
 import re
 import shutil
@@ -426,3 +427,44 @@ URL = "postgresql://user:PASSWORD@127.0.0.1:1/db"
 def test_passwords_are_masked_in_every_message(capsys, args):
     code, err = _main(capsys, *args)
     assert code == 2 and "user:***@127.0.0.1" in err and "PASSWORD" not in err
+
+
+# --- opgen explain and opgen bench: the calls the op refuses, the devices the host lacks --------
+EXPLAIN = ("explain", "chunk_gla_fwd_o_gk", "--chip", "h200", "B=2", "H=4", "K=128", "V=128")
+
+
+@pytest.mark.parametrize("words, code, expected", [
+    (("T=1024", "chunk_size=48"), 1, "refused by the op's checks: ValueError: chunk_size must be one of 32, 64, got 48"),
+    (("T=1024", "scale=nan"), 1, "ValueError: scale must be a finite float32 value (the kernels take it in float32), got nan"),
+    (("T=1024", "scale=1e39"), 1, "scale must be a finite float32 value (the kernels take it in float32), got 1e+39"),
+    (("T=1024", "dtype=int32"), 2, "a dtype some tensor allows"),
+    (("T=" + "9" * 400,), 2, "T=an int of 400 digits: a tensor's size is an int in [0, 2**63 - 1]"),
+    (("T=-1",), 2, "T=-1: a tensor's size is an int in [0, 2**63 - 1]"),
+    (("T=1024", "B=3"), 2, "B given twice (B=2 and B=3)"),
+    (("T=1024", "use_exp2=maybe"), 2, "use_exp2=maybe: expected a bool"),
+])
+def test_explain_refuses_the_calls_the_op_refuses(capsys, words, code, expected):
+    from opgen.cli import main
+
+    status = main(["--root", str(ROOT), *EXPLAIN, *words])
+    out, err = capsys.readouterr()
+    assert status == code and expected in (out if code == 1 else err) and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--backend", "cuda"), "no cuda device cuda:0 on this host (0 found"),
+    (("--backend", "cuda", "--device", "cuda:7"), "no cuda device cuda:7 on this host"),
+    (("--backend", "cuda", "--device", "gpu7"), "device 'gpu7' is not a torch device name"),
+    (("--backend", "cuda", "--device", "cpu"), "device 'cpu' is not a cuda device"),
+    (("--backend", "npu",), "backend npu needs torch_npu"),
+])
+def test_bench_on_a_device_this_host_lacks_says_so(capsys, args, expected):
+    import torch
+
+    if torch.cuda.is_available() or importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("this host has a device: the refusals are for one without")
+    from opgen.cli import main
+
+    code = main(["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and "Traceback" not in err
