@@ -24,6 +24,9 @@ TRIES = 1000
 """Draws in a row that may fail the spec before the sampling region is called too narrow."""
 TOP_UP_TRIES = 20000
 """Further draws for a variant the first draw left short of ``cover`` cases."""
+MAX_CASES = 10000
+"""Cases one draw may hold, extra measure cases apart (each runs through every formula of the
+spec, a millisecond or so: a larger draw would take hours)."""
 
 Case = dict[str, Any]
 
@@ -146,9 +149,10 @@ def sample_cases(spec: OpSpec, count: int | None = None, seed: int | None = None
     holdout = sampling.holdout if holdout is None else holdout
     measure = sampling.measure if measure is None else measure
     extra = sampling.measure_extra if measure_extra is None else measure_extra
-    if count < 1 or holdout < 0 or measure < 0 or holdout + measure >= 1 or extra < 0:
+    if not (1 <= count <= MAX_CASES and 0 <= holdout and 0 <= measure and holdout + measure < 1
+            and 0 <= extra <= MAX_CASES):
         raise UsageError(f"--sample {count} --holdout {holdout} --measure {measure} --measure-extra {extra}: "
-                         "expected at least one case, holdout + measure below 1 and no negative extra")
+                         f"expected 1 to {MAX_CASES} cases, holdout + measure below 1 and 0 to {MAX_CASES} extra")
     included = [row for name in sampling.include for row in spec.expand_cases(name)]
     drawer = _Drawer(spec, seed, {_frozen(r) for r in included})
     drawn = drawer.draw(count, "sampling", "cases drawn")

@@ -5,7 +5,8 @@ Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is st
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only, or with
 ``--trials 0 --measure-fill`` what the measure step would compile and time),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
-records hold), ``explain`` (what the frozen table runs for one call's shape, and why), ``report``
+records hold), ``explain`` (what the frozen table runs for one call's shape, and why; exit 1
+where the op refuses the call), ``report``
 (a markdown page with plots of an op on a chip, from the committed files), ``schema``
 (the JSON Schema of the spec format) and
 ``replay`` (the search replayed on a recorded exhaustive sweep).
@@ -19,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import options
+from .case_sample import MAX_CASES
 from .errors import OpgenError
 from .shard import FROM_STDIN
 from .settings import Settings
@@ -56,19 +59,6 @@ def _op_spec(root: Path, op: str):
     if op not in ops:
         raise UsageError(f"{op!r} is not an op of {root / 'specs'} (ops: {', '.join(ops) or 'none'})")
     return load_spec(root / "specs" / f"{op}.yaml", root)
-
-
-def _records_file(path: str) -> Path:
-    """``--records``: a file (it may not exist yet), never a folder.
-
-    Raises:
-        UsageError: naming a folder given as the records file.
-    """
-    from .errors import UsageError
-
-    if Path(path).is_dir():
-        raise UsageError(f"--records {path} is a folder; give the records file (records/<chip>/<op>.jsonl)")
-    return Path(path)
 
 
 def _options(args: argparse.Namespace, **changes: object) -> dict[str, object]:
@@ -135,7 +125,7 @@ def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[s
     from .plan import buckets
     from .records import record_path
 
-    path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
+    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     tuned, pending, earlier, left_out, _ = _measure_inputs(spec, chip, path, kernel_hashes(root, spec, chip.rendering),
                                                            args)
     return "\n".join([*(outrun_line(o) for o in left_out),
@@ -151,16 +141,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .dry_run import dry_run_table
     from .plan import buckets, plan, rival_plans
     from .settings import Settings
-    from .errors import UnsupportedInput, UsageError
+    from .errors import UnsupportedInput
     from .hardware import profile
     from .kernels import stale_kernels
     from .records import record_path
     from .shard import parse_shard, run_shards, shard_plans
     from .storage import is_postgres, storage_errors
 
-    if not 0.0 <= args.drop_below <= 1.0 or args.drop_after < 1:
-        raise UsageError(f"--drop-below takes a share of the fastest speed in [0, 1] (got {args.drop_below}) and "
-                         f"--drop-after a count of buckets of at least 1 (got {args.drop_after})")
     root = _root(args)
     spec = _op_spec(root, args.op)
     chip = profile(args.chip)
@@ -207,7 +194,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     # tuner asks and tells, and beats for its trials itself (opgen.storage.Heartbeat)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-    path = _records_file(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
+    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
     storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
     with storage_errors(storage):
         campaign, earlier, standing = campaign_mod.open_campaign(
@@ -422,6 +409,7 @@ def _cmd_cases(args: argparse.Namespace) -> int:
 
 
 def _cmd_records(args: argparse.Namespace) -> int:
+    from .errors import UsageError
     from .hardware import profile
     from .kernels import kernel_hashes
     from .records import record_path
@@ -430,7 +418,12 @@ def _cmd_records(args: argparse.Namespace) -> int:
     root = _root(args)
     spec = _op_spec(root, args.op)
     chip = profile(args.chip)
-    path = _records_file(args.records) if args.records else record_path(root, chip.name, spec.op)
+    if args.records and not args.pull:  # a file to report on (--pull may make it)
+        try:
+            options.file_to_read(args.records)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--records: {exc}") from None
+    path = Path(args.records) if args.records else record_path(root, chip.name, spec.op)
     if args.pull:
         _pull(args.pull, path, spec.op, chip.name)
     print(report(spec, chip, path, kernel_hashes(root, spec, chip.rendering)))
@@ -458,7 +451,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     spec = _op_spec(root, args.op)
     result = explain.explain(root, spec, profile(args.chip), explain.parse_values(spec, args.values))
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else explain.text(result))
-    return 0
+    return 1 if "refused" in result else 0  # the op refuses the call: no kernel runs it
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -499,7 +492,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``opgen`` console script."""
-    parser = argparse.ArgumentParser(prog="opgen", description=__doc__.splitlines()[0])
+    parser = options.Parser(prog="opgen", description=__doc__.splitlines()[0])
     parser.add_argument("--root", help="project root (default: found from the current directory)")
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="render generated/ from specs, templates and records")
@@ -509,13 +502,13 @@ def main(argv: list[str] | None = None) -> int:
                 "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report}
     cases_p = sub.add_parser("cases", help="draw the case sets of an op's sampling section into its file")
     cases_p.add_argument("op", help="operator (specs/<op>.yaml)")
-    cases_p.add_argument("--sample", type=int, help="cases to draw (default: the section's count)")
+    cases_p.add_argument("--sample", type=options.integer(1, MAX_CASES, "cases one draw may check"), help="cases to draw (default: the section's count)")
     cases_p.add_argument("--seed", type=int, help="seed of the draw and the split (default: the section's)")
-    cases_p.add_argument("--holdout", type=float, help="share held out (default: the section's)")
-    cases_p.add_argument("--measure", type=float, help="share kept for the measured fill (default: the section's)")
-    cases_p.add_argument("--measure-extra", type=int,
+    cases_p.add_argument("--holdout", type=options.part, help="share held out (default: the section's)")
+    cases_p.add_argument("--measure", type=options.part, help="share kept for the measured fill (default: the section's)")
+    cases_p.add_argument("--measure-extra", type=options.integer(0, MAX_CASES),
                          help="cases drawn last, into the measure part alone (default: the section's measure_extra)")
-    cases_p.add_argument("--out", help="write here instead of the section's file")
+    cases_p.add_argument("--out", type=options.file_to_write, help="write here instead of the section's file")
     cases_p.add_argument("--check", action="store_true", help="exit 1 if the file differs from the draw; write nothing")
     cases_p.set_defaults(func=_cmd_cases)
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
@@ -527,26 +520,26 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("--dry-run", action="store_true",
                         help="print the search space and exit (with --trials 0 --measure-fill: the buckets the "
                              "measure step would measure, their candidates, and those an earlier run keeps)")
-    tune_p.add_argument("--storage", help="optuna storage: RDB URL or journal file (default .tune/)")
-    tune_p.add_argument("--trials", type=int, default=40, help="measured points per study at most (0: no search)")
-    tune_p.add_argument("--study-seconds", type=float, default=900.0)
-    tune_p.add_argument("--campaign-seconds", type=float, default=3 * 3600.0,
+    tune_p.add_argument("--storage", type=options.storage, help="optuna storage: RDB URL or journal file (default .tune/)")
+    tune_p.add_argument("--trials", type=options.non_negative_int, default=40, help="measured points per study at most (0: no search)")
+    tune_p.add_argument("--study-seconds", type=options.non_negative, default=900.0)
+    tune_p.add_argument("--campaign-seconds", type=options.non_negative, default=3 * 3600.0,
                         help="wall-clock budget of the run: the studies share it, and --measure-fill "
                              "begins no bucket past it (a later run measures the rest)")
-    tune_p.add_argument("--point-timeout", type=float, default=300.0,
+    tune_p.add_argument("--point-timeout", type=options.seconds, default=300.0,
                         help="seconds per point (points that timed out under a shorter one are measured again)")
-    tune_p.add_argument("--warmup", type=int, default=5)
-    tune_p.add_argument("--repeat", type=int, default=25)
+    tune_p.add_argument("--warmup", type=options.non_negative_int, default=5)
+    tune_p.add_argument("--repeat", type=options.positive_int, default=25)
     tune_p.add_argument("--seed", type=int, default=0)
-    tune_p.add_argument("--date", help="date stamped on records (default: today)")
+    tune_p.add_argument("--date", type=options.date, help="date stamped on records (default: today)")
     tune_p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tune_p.add_argument("--records", help="record file (default records/<chip>/<op>.jsonl)")
-    tune_p.add_argument("--exhaustive-below", type=int, default=64, help="search exhaustively up to this many points")
+    tune_p.add_argument("--records", type=options.file_to_write, help="record file (default records/<chip>/<op>.jsonl)")
+    tune_p.add_argument("--exhaustive-below", type=options.non_negative_int, default=64, help="search exhaustively up to this many points")
     tune_p.add_argument("--cross-check", action="store_true",
                         help="re-measure each tuned bucket's winner against the table's fill from the others")
     tune_p.add_argument("--cross-check-all", action="store_true",
                         help="--cross-check, and every other bucket's winner re-measured on each bucket too")
-    tune_p.add_argument("--cross-margin", type=float, default=0.10, help="loss that flags the table")
+    tune_p.add_argument("--cross-margin", type=options.non_negative, default=0.10, help="loss that flags the table")
     tune_p.add_argument("--measure-fill", action="store_true",
                         help="re-measure every tuned winner's point on each untuned bucket of --cases, side "
                              "by side: the build fills each with the fastest (with --trials 0: measure only); "
@@ -554,20 +547,20 @@ def main(argv: list[str] | None = None) -> int:
                              "is kept, so a cut run resumes")
     tune_p.add_argument("--remeasure", action="store_true",
                         help="with --measure-fill: measure every bucket again, even one an earlier run covers")
-    tune_p.add_argument("--drop-below", type=float, default=0.95,
+    tune_p.add_argument("--drop-below", type=options.share, default=0.95,
                         help="with --measure-fill: leave out a candidate that ran under this share of the fastest "
                              "one's speed on every bucket the records measured it on (0: keep every candidate)")
-    tune_p.add_argument("--drop-after", type=int, default=5,
+    tune_p.add_argument("--drop-after", type=options.positive_int, default=5,
                         help="with --measure-fill: the measured buckets a candidate needs before --drop-below "
                              "may leave it out")
-    tune_p.add_argument("--tie-margin", type=float, default=Settings.tie_margin,
+    tune_p.add_argument("--tie-margin", type=options.non_negative, default=Settings.tie_margin,
                         help="relative gap under which two times of the side-by-side tie (then the smaller "
                              "on-chip estimate wins, then the point's name)")
-    tune_p.add_argument("--compile-workers", type=int, default=0,
+    tune_p.add_argument("--compile-workers", type=options.non_negative_int, default=0,
                         help="processes compiling and checking a batch of points in parallel before timing")
     tune_p.add_argument("--shard", help="K/N: tune only the K-th of N shares of the buckets (hosts sharing a storage)")
-    tune_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the buckets each, in parallel")
-    tune_p.add_argument("--heartbeat", type=int, default=HEARTBEAT_SECONDS,
+    tune_p.add_argument("--devices", type=options.device_list, help="comma-separated devices (cuda:0,cuda:1): one share of the buckets each, in parallel")
+    tune_p.add_argument("--heartbeat", type=options.positive_int, default=HEARTBEAT_SECONDS,
                         help="PostgreSQL storage: seconds between heartbeats of a running trial; one that "
                              "misses three is failed and measured again by another process")
     tune_p.set_defaults(func=_cmd_tune)
@@ -580,24 +573,24 @@ def main(argv: list[str] | None = None) -> int:
                               "exp2 only); cases made equal by them run once")
     bench_p.add_argument("--backend", default="cuda", choices=("cuda", "npu"))
     bench_p.add_argument("--device", help="torch device (default: the backend's first)")
-    bench_p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
-    bench_p.add_argument("--warmup", type=int, default=10)
-    bench_p.add_argument("--repeat", type=int, default=50)
+    bench_p.add_argument("--rounds", type=options.positive_int, default=5, help="interleaved rounds")
+    bench_p.add_argument("--warmup", type=options.non_negative_int, default=10)
+    bench_p.add_argument("--repeat", type=options.positive_int, default=50)
     bench_p.add_argument("--seed", type=int, default=0)
-    bench_p.add_argument("--output", help="also write the table to this file")
+    bench_p.add_argument("--output", type=options.file_to_write, help="also write the table to this file")
     bench_p.add_argument("--where", metavar="FORMULA",
                          help="run only the cases for which this formula of their fields is true (e.g. "
                               "'chunk_size >= 16'), read as the case set holds them, before --set")
     bench_p.add_argument("--shard", help="K/N: run only the K-th of N shares of the cases")
-    bench_p.add_argument("--devices", help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
-    bench_p.add_argument("--json", help="also write the results as JSON (what --merge reads; with --devices, the merged results)")
-    bench_p.add_argument("--merge", nargs="+", metavar="JSON",
+    bench_p.add_argument("--devices", type=options.device_list, help="comma-separated devices (cuda:0,cuda:1): one share of the cases each, in parallel")
+    bench_p.add_argument("--json", type=options.file_to_write, help="also write the results as JSON (what --merge reads; with --devices, the merged results)")
+    bench_p.add_argument("--merge", nargs="+", type=options.file_to_read, metavar="JSON",
                          help="run nothing: print one table from the --json files of shards run apart")
     bench_p.set_defaults(func=_cmd_bench)
     records_p = sub.add_parser("records", help="report what the tuning records of an op on a chip hold")
     records_p.add_argument("op")
     records_p.add_argument("--chip", required=True)
-    records_p.add_argument("--records", help="record file (default: records/<chip>/<op>.jsonl)")
+    records_p.add_argument("--records", type=options.file_to_write, help="record file (default: records/<chip>/<op>.jsonl)")
     records_p.add_argument("--pull", metavar="URL",
                            help="first append the records a PostgreSQL tuning storage holds and the file lacks")
     records_p.set_defaults(func=_cmd_records)
@@ -611,21 +604,21 @@ def main(argv: list[str] | None = None) -> int:
     report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
     report_p.add_argument("op")
     report_p.add_argument("--chip", required=True)
-    report_p.add_argument("--out", help="folder for the page and its PNGs (default: report/<chip>/<op>)")
-    report_p.add_argument("--storage", help="read the tuning history from this optuna storage (RDB URL or journal "
+    report_p.add_argument("--out", type=options.folder_to_write, help="folder for the page and its PNGs (default: report/<chip>/<op>)")
+    report_p.add_argument("--storage", type=options.storage_to_read, help="read the tuning history from this optuna storage (RDB URL or journal "
                           "file) instead of the records")
     report_p.set_defaults(func=_cmd_report)
     schema_p = sub.add_parser("schema", help="the JSON Schema of the spec format")
-    schema_p.add_argument("--out", help="write it to this file (the repository keeps specs/spec.schema.json)")
+    schema_p.add_argument("--out", type=options.file_to_write, help="write it to this file (the repository keeps specs/spec.schema.json)")
     schema_p.set_defaults(func=_cmd_schema)
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")
     replay_p.add_argument("--chip", required=True)
-    replay_p.add_argument("--records", required=True, help="record file holding the sweep")
+    replay_p.add_argument("--records", required=True, type=options.file_to_read, help="record file holding the sweep")
     replay_p.add_argument("--variant", required=True)
-    replay_p.add_argument("--fraction", type=float, default=0.3, help="trial budget as a fraction of the sweep")
-    replay_p.add_argument("--within", type=float, default=0.03, help="gap to the exhaustive best that counts as a hit")
-    replay_p.add_argument("--seeds", type=int, default=20)
+    replay_p.add_argument("--fraction", type=options.fraction, default=0.3, help="trial budget as a fraction of the sweep")
+    replay_p.add_argument("--within", type=options.non_negative, default=0.03, help="gap to the exhaustive best that counts as a hit")
+    replay_p.add_argument("--seeds", type=options.positive_int, default=20)
     replay_p.set_defaults(func=_cmd_replay)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == [FROM_STDIN]:  # a shard process (opgen.shard): its options, parsed by its parent
@@ -636,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except OpgenError as exc:
-        print(f"opgen {args.command}: error: {exc}", file=sys.stderr)
+        print(options.masked(f"opgen {args.command}: error: {exc}"), file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`opgen records ... | head`): not an error of ours
         import os

@@ -28,20 +28,32 @@ def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[
     as a dtype name, ``<tensor>_given`` as a bool; with ``complete``, every dim must be given.
 
     Raises:
-        UsageError: naming a word that is not ``NAME=VALUE``, an unknown name or a value of the
-            wrong kind.
+        UsageError: naming a word that is not ``NAME=VALUE``, an unknown name, a name given
+            twice, a value of the wrong kind or a dim no tensor can have.
     """
     kinds = value_kinds(spec)
+    dims = set(spec.dim_symbols())
     row: dict[str, Any] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep or name not in kinds:
             raise UsageError(f"{item!r}: expected NAME=VALUE with NAME among {', '.join(sorted(kinds))}")
+        if name in row:
+            raise UsageError(f"{name} given twice ({name}={row[name]} and {item})")
         row[name] = _value(name, kinds[name], text)
+        if name in dims and not 0 <= row[name] <= MAX_DIM:
+            shown = text if len(text) <= 24 else f"an int of {len(text.lstrip('+-'))} digits"
+            raise UsageError(f"{name}={shown}: a tensor's size is an int in [0, 2**63 - 1]")
     missing = [d for d in spec.dim_symbols() if d not in row]
     if missing and complete:
         raise UsageError(f"give every dim of {spec.op}: missing {', '.join(missing)}")
     return row
+
+
+MAX_DIM = 2 ** 63 - 1
+"""The largest size of a tensor's dim (torch sizes are 64-bit)."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32, the bound of a float scalar the generated API takes."""
 
 
 def _value(name: str, kind: str, text: str) -> Any:
@@ -64,8 +76,11 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
     """What the frozen table of ``chip`` runs for the call ``row`` describes, as plain data
     (``table``: that table when the caller has it already, else frozen from the records;
     ``hashes``: the kernel hashes it was frozen with, else those of the templates under ``root``)."""
-    params = evaluate_params(spec, case_inputs(spec, row))
     out: dict[str, Any] = {"op": spec.op, "chip": chip.name, "call": dict(row)}
+    refused = _argument_refusal(spec, row)
+    if refused is not None:
+        return {**out, "refused": refused}
+    params = evaluate_params(spec, case_inputs(spec, row))
     refused = _refusal(spec, params)
     if refused is not None:
         return {**out, "refused": refused}
@@ -151,6 +166,18 @@ def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]
 # (id(spec), chip, records path, its mtime, kernel hashes) -> (spec, the rule's figures): a
 # leave-one-out takes seconds, and a page explains many calls
 _RULES: dict[tuple[Any, ...], tuple[OpSpec, dict[str, Any]]] = {}
+
+
+def _argument_refusal(spec: OpSpec, row: Mapping[str, Any]) -> str | None:
+    """What the generated API raises on the call's scalars before its checks run (a value off the
+    scalar's choices, a float no float32 holds), or None."""
+    for name, arg in spec.signature.scalars.items():
+        value = row.get(name, arg.default)
+        if arg.type == "float" and not abs(value) <= FLOAT32_MAX:  # nan too
+            return f"ValueError: {name} must be a finite float32 value (the kernels take it in float32), got {value:.6g}"
+        if arg.choices is not None and value not in arg.choices:
+            return f"ValueError: {name} must be one of {', '.join(map(str, arg.choices))}, got {value}"
+    return None
 
 
 def _refusal(spec: OpSpec, params: Mapping[str, Any]) -> str | None:

@@ -5,7 +5,9 @@ arithmetic (``+ - * / // % **``), comparisons (including ``in``), ``and``/``or``
 conditional expression and calls of the functions in :data:`FUNCTIONS`. Attribute access,
 subscripts, lambdas, comprehensions and any other call are refused at parse time. A parsed
 formula evaluates as the checked tree compiled, with no builtins and the whitelisted functions
-alone in its globals, and renders back to Python source for the generated dispatch code.
+alone in its globals, and renders back to Python source for the generated dispatch code. Both
+bound what an evaluation builds (integers of at most :data:`MAX_BITS` bits, strings and tuples of
+at most :data:`MAX_ITEMS` items, no ``%`` formatting), refusing a value before it is built.
 Imports only :mod:`opgen.errors`.
 """
 from __future__ import annotations
@@ -39,36 +41,92 @@ def log2(x):
     return int(x).bit_length() - 1
 
 
+# What one evaluation may build, checked as each value is built (so no formula exhausts time or
+# memory): an integer of at most MAX_BITS bits, a string or tuple of at most MAX_ITEMS items (the
+# strings and tuples inside a tuple counted too). The helpers repeat the figures as literals: their
+# source is rendered into generated modules, which cannot import opgen.
+MAX_BITS = 4096
+MAX_ITEMS = 4096
+
+
+def bounded(x):
+    """x, if a formula may build it: an integer of at most 4096 bits, a string or tuple of at most
+    4096 items (those of the strings and tuples inside a tuple counted); else a ValueError."""
+    if isinstance(x, int):
+        if x.bit_length() > 4096:
+            raise ValueError(f"an integer of {x.bit_length()} bits (at most 4096)")
+    elif isinstance(x, (str, tuple)):
+        items, parts = 0, [x]
+        while parts:
+            part = parts.pop()
+            items += len(part)
+            if items > 4096:
+                raise ValueError("a string of more than 4096 characters" if isinstance(x, str)
+                                 else "a tuple of more than 4096 items (nested ones counted)")
+            if isinstance(part, tuple):
+                parts.extend(p for p in part if isinstance(p, (str, tuple)))
+    return x
+
+
 def bounded_pow(a, b):
-    """a ** b with the exponent at most 64 in size (a formula cannot build a huge number)."""
+    """a ** b with the exponent at most 64 in size and an integer result of at most 4096 bits,
+    refused before it is computed."""
     if abs(b) > 64:
         raise ValueError(f"exponent {b} exceeds 64")
-    return a ** b
+    if isinstance(a, int) and isinstance(b, int) and (a.bit_length() - 1) * b > 4096:
+        raise ValueError(f"an integer of more than {(a.bit_length() - 1) * b} bits (at most 4096)")
+    return bounded(a ** b)
 
 
 def bounded_mul(a, b):
-    """a * b with a string or tuple repeated at most 4096 times (a formula cannot fill memory)."""
-    if (isinstance(a, (str, tuple)) and isinstance(b, int) and b > 4096) or \
-            (isinstance(b, (str, tuple)) and isinstance(a, int) and a > 4096):
-        raise ValueError("a sequence repeated more than 4096 times")
+    """a * b with an integer product of at most 4096 bits, a string or tuple repeated at most 4096
+    times into at most 4096 items, refused before it is built."""
+    if isinstance(a, int) and isinstance(b, int):  # the product has bits or bits - 1 bits
+        bits = a.bit_length() + b.bit_length()
+        if bits > 4097:
+            raise ValueError(f"an integer of at least {bits - 1} bits (at most 4096)")
+        return a * b if bits <= 4096 else bounded(a * b)
+    seq, count = (b, a) if isinstance(b, (str, tuple)) else (a, b)
+    if isinstance(seq, (str, tuple)) and isinstance(count, int):
+        if count > 4096:
+            raise ValueError("a sequence repeated more than 4096 times")
+        if len(seq) * count > 4096:
+            raise ValueError(f"a string of {len(seq) * count} characters (at most 4096)" if isinstance(seq, str)
+                             else f"a tuple of {len(seq) * count} items (at most 4096)")
+        return bounded(seq * count)
     return a * b
+
+
+def bounded_add(a, b):
+    """a + b with a joined string or tuple of at most 4096 items."""
+    c = a + b
+    return bounded(c) if isinstance(c, (str, tuple)) else c
+
+
+def bounded_mod(a, b):
+    """a % b of numbers: % formatting of a string is refused (its widths can fill memory)."""
+    if isinstance(a, str):
+        raise ValueError("% formatting of a string is not allowed in a formula")
+    return a % b
 
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": min, "max": max, "abs": abs, "cdiv": cdiv, "pow2": pow2, "log2": log2,
 }
-# Operators the evaluator runs through a bounded helper; generated code calls bounded_pow too
-# (a sequence repeated by a formula of tensor sizes is opgen's evaluation only).
-_BOUNDED: dict[type, Callable[[Any, Any], Any]] = {ast.Pow: bounded_pow, ast.Mult: bounded_mul}
-_GENERATED_BOUNDED: dict[type, str] = {ast.Pow: "bounded_pow"}
-_HELPERS: dict[str, Callable[..., Any]] = {**FUNCTIONS, "bounded_pow": bounded_pow}
+# Operators the evaluator runs through a bounded helper. Generated code calls them too, except
+# where the operands are numbers (``to_python``'s ``numbers``): a product or sum of numbers grows
+# with the formula's length alone, while ``**`` always goes through its helper.
+_BOUNDED: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Pow: bounded_pow, ast.Mult: bounded_mul, ast.Add: bounded_add, ast.Mod: bounded_mod}
+_HELPERS: dict[str, Callable[..., Any]] = {**FUNCTIONS, "bounded": bounded,
+                                           **{f.__name__: f for f in _BOUNDED.values()}}
 _MAX_SOURCE = 4000  # characters of one formula
 _MAX_DEPTH = 64  # nesting of its syntax tree
 
 _BUILTINS = ("min", "max", "abs")  # generated modules call these without a definition
 
-# The operators a formula may use; each evaluates as Python's own (``*`` and ``**`` through the
-# bounded helpers above).
+# The operators a formula may use; each evaluates as Python's own (``*``, ``+``, ``%`` and ``**``
+# through the bounded helpers above).
 _BINOPS = frozenset({ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow})
 _CMPOPS = frozenset({ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn})
 _UNARY = frozenset({ast.USub, ast.UAdd, ast.Not})
@@ -162,21 +220,72 @@ class Expr:
         """Pickled as its source (a code object does not pickle): parsed again on loading."""
         return parse, (self.source,)
 
-    def to_python(self) -> str:
-        """Python source of the formula (for generated code); helpers keep their names, and
-        ``**`` calls the bounded helper the evaluator uses."""
-        return ast.unparse(_Bounded().visit(copy.deepcopy(self._tree.body)))
+    def to_python(self, numbers: frozenset[str] | set[str] = frozenset()) -> str:
+        """Python source of the formula (for generated code): helpers keep their names, ``**``
+        calls the bounded helper the evaluator uses, and so do ``*``, ``+`` and ``%`` wherever an
+        operand may be a string or tuple. ``numbers`` are the names whose values are numbers or
+        booleans in the generated code (dims, numeric scalars, params of numbers)."""
+        return ast.unparse(_Bounded(numbers).visit(copy.deepcopy(self._tree.body)))
+
+    def python_calls(self, numbers: frozenset[str] | set[str] = frozenset()) -> frozenset[str]:
+        """The functions :meth:`to_python` with these ``numbers`` calls: the whitelisted ones and
+        the bounded helpers."""
+        bounded = _Bounded(numbers)
+        bounded.visit(copy.deepcopy(self._tree.body))
+        return frozenset(self.calls) | bounded.used
+
+    def is_number(self, numbers: frozenset[str] | set[str]) -> bool:
+        """Whether the formula's value is never a string or tuple where ``numbers`` hold numbers
+        or booleans (a number, a boolean, None, or an error)."""
+        return _is_number(self._tree.body, numbers)
+
+
+def _is_number(node: ast.AST, numbers: frozenset[str] | set[str]) -> bool:
+    """Whether a checked subtree never gives a string or tuple, where ``numbers`` name numbers
+    (an operation on a sequence that cannot give one raises instead)."""
+    if isinstance(node, ast.Constant):
+        return not isinstance(node.value, str)
+    if isinstance(node, ast.Name):
+        return node.id in numbers
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, (ast.Add, ast.Mult)):  # str + str, str * int
+            return _is_number(node.left, numbers) and _is_number(node.right, numbers)
+        if isinstance(node.op, ast.Mod):  # str % x formats
+            return _is_number(node.left, numbers)
+        return True  # -, /, //, ** of a sequence raise
+    if isinstance(node, (ast.UnaryOp, ast.Compare)):
+        return True
+    if isinstance(node, ast.BoolOp):  # gives one of its operands
+        return all(_is_number(v, numbers) for v in node.values)
+    if isinstance(node, ast.IfExp):
+        return _is_number(node.body, numbers) and _is_number(node.orelse, numbers)
+    if isinstance(node, ast.Call):  # min, max of one sequence give an item of it
+        return node.func.id not in ("min", "max") or all(_is_number(a, numbers) for a in node.args)  # type: ignore[union-attr]
+    return False  # a tuple or list
 
 
 class _Bounded(ast.NodeTransformer):
-    """Replaces the bounded operators by calls of their helpers."""
+    """Replaces the bounded operators by calls of their helpers (``**`` always, the others where
+    an operand may be a string or tuple), collecting the helpers it calls in ``used``."""
+
+    def __init__(self, numbers: frozenset[str] | set[str]) -> None:
+        self.numbers, self.used = numbers, set()
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        op = type(node.op)
+        if op is ast.Pow:
+            wrap = True
+        elif op is ast.Mod:
+            wrap = not _is_number(node.left, self.numbers)
+        else:
+            wrap = op in _BOUNDED and not (_is_number(node.left, self.numbers)
+                                            and _is_number(node.right, self.numbers))
         self.generic_visit(node)
-        if type(node.op) in _GENERATED_BOUNDED:
-            name = _GENERATED_BOUNDED[type(node.op)]
-            return ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
-        return node
+        if not wrap:
+            return node
+        name = _BOUNDED[op].__name__
+        self.used |= {name, "bounded"}
+        return ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
 
 
 # The compiled formulas' globals: the whitelisted functions and bounded operators under a prefix
@@ -236,14 +345,15 @@ def parse(source: str | int | float | bool) -> Expr:
     names: set[str] = set()
     calls: set[str] = set()
     _check(tree, source, names, calls)
-    calls |= {_GENERATED_BOUNDED[type(n.op)] for n in ast.walk(tree)
-              if isinstance(n, ast.BinOp) and type(n.op) in _GENERATED_BOUNDED}
     return Expr(source, tuple(sorted(names)), tuple(sorted(calls)), tree, _compiled(tree, source))
 
 
 def python_helpers(calls: set[str] | frozenset[str]) -> str:
-    """Source defining the helper functions that rendered formulas call (sorted, stable): the
-    source of the very functions formulas evaluate with, so the two never drift apart."""
+    """Source defining the helper functions that rendered formulas call (sorted, stable), with
+    ``bounded``, which the bounded helpers call: the source of the very functions formulas
+    evaluate with, so the two never drift apart."""
+    if any(name.startswith("bounded_") for name in calls):
+        calls = {*calls, "bounded"}
     return "\n\n".join(inspect.getsource(_HELPERS[name])
                        for name in sorted(calls) if name not in _BUILTINS)
 

@@ -38,7 +38,7 @@ def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list
     return fields
 
 
-def _signature_context(spec: OpSpec) -> dict[str, Any]:
+def _signature_context(spec: OpSpec, numbers: frozenset[str]) -> dict[str, Any]:
     sig = spec.signature
     tensors = [dict(name=n, dims=t.dims, dtypes=t.dtypes, doc=t.doc, optional=t.optional)
                for n, t in sig.tensors.items()]
@@ -64,43 +64,43 @@ def _signature_context(spec: OpSpec) -> dict[str, Any]:
         else:
             dtype = f"torch.{out.dtype}"
         outputs.append(dict(name=name, dims=out.dims, dtype=dtype, doc=out.doc,
-                            when=None if out.when is None else out.when.to_python()))
+                            when=None if out.when is None else out.when.to_python(numbers)))
     known = set(spec.param_names())
-    checks = [dict(rule=c.rule.to_python(), error=c.error, message=c.message,
+    checks = [dict(rule=c.rule.to_python(numbers), error=c.error, message=c.message,
                    fields=_format_fields(spec, c.message, known, f"checks.{i}.message"))
               for i, c in enumerate(spec.checks)]
     return dict(tensors=tensors, scalars=scalars, scalar_types={a.type for a in sig.scalars.values()},
                 binds=binds, dim_checks=dim_checks,
                 outputs=outputs, checks=checks,
-                params=[(n, e.to_python()) for n, e in spec.params.items()])
+                params=[(n, e.to_python(numbers)) for n, e in spec.params.items()])
 
 
-def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[str, str, str, tuple[str, ...]]]]:
+def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[str, Any]], list[tuple[str, str, str, tuple[str, ...]]]]:
     budgets = []
     for rendering, formulas in sorted(spec.budgets.items()):
         for kind, expr in formulas.items():
             if isinstance(expr, dict):  # one formula per kernel: the point needs its largest
-                source = "max(" + ", ".join(e.to_python() for e in expr.values()) + ")"
+                source = "max(" + ", ".join(e.to_python(numbers) for e in expr.values()) + ")"
                 names = tuple(sorted({n for e in expr.values() for n in e.names}))
                 budgets.append((rendering, kind, source, names))
             else:
-                budgets.append((rendering, kind, expr.to_python(), expr.names))
+                budgets.append((rendering, kind, expr.to_python(numbers), expr.names))
     by_rendering = {r: (k, names) for r, k, _, names in budgets}
     axes = spec.variants.axes
     out = []
     for backend, defaults in spec.dispatch.defaults.items():
         rendering = rendering_of(backend)
         tunable_names = spec.tunables_for(backend)
-        fixed = [(axis, opt, [(n, e.to_python()) for n, e in o.fixed.items() if n in tunable_names])
+        fixed = [(axis, opt, [(n, e.to_python(numbers)) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
         fixed = [row for row in fixed if row[2]]
         tunables, lists = [], []
         for name in tunable_names:
             value = defaults[name]
             if isinstance(value, Expr):
-                tunables.append((name, value.to_python()))
+                tunables.append((name, value.to_python(numbers)))
                 continue
-            candidates = "(" + ", ".join(v.to_python() for v in value) + ",)"
+            candidates = "(" + ", ".join(v.to_python(numbers) for v in value) + ",)"
             for axis, opt, assignments in reversed(fixed):  # a fixing option leaves one candidate
                 for fixed_name, source in assignments:
                     if fixed_name == name:
@@ -116,7 +116,7 @@ def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[st
             loop_target = ", ".join(n for n, _ in lists)
             loop_iter = "itertools.product(" + ", ".join(v for _, v in lists) + ")"
         out.append(dict(backend=backend, rendering=rendering, loop_target=loop_target, loop_iter=loop_iter,
-                        axes=[(a, defaults[a].to_python()) for a in axes], tunables=tunables,
+                        axes=[(a, defaults[a].to_python(numbers)) for a in axes], tunables=tunables,
                         fixed=fixed, lists=lists, tunable_names=tunable_names,
                         budget_kind=kind, budget_names=names))
     return out, budgets
@@ -124,11 +124,12 @@ def _defaults_context(spec: OpSpec) -> tuple[list[dict[str, Any]], list[tuple[st
 
 def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     axes = list(spec.variants.axes)
-    defaults, budgets = _defaults_context(spec)
+    numbers = _numbers(spec)
+    defaults, budgets = _defaults_context(spec, numbers)
     calls: set[str] = set()
     for expr in _all_exprs(spec):
-        calls |= set(expr.calls)
-    legality = [(axis, opt, o.when.to_python())
+        calls |= expr.python_calls(numbers)
+    legality = [(axis, opt, o.when.to_python(numbers))
                 for axis, options in spec.variants.axes.items() for opt, o in options.items()
                 if o.when.source.strip() != "True"]
     legal_names = sorted({n for a in spec.variants.axes.values() for o in a.values() for n in o.when.names})
@@ -140,12 +141,12 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
             shaped = {n: e for n, e in o.fixed.items() if e.names}
             fixed_names.update(n for e in shaped.values() for n in e.names)
             if shaped:
-                groups.setdefault(tuple((n, e.to_python()) for n, e in shaped.items()), []).append(opt)
+                groups.setdefault(tuple((n, e.to_python(numbers)) for n, e in shaped.items()), []).append(opt)
         shape_fixed += [(axis, opts, list(assignments)) for assignments, opts in groups.items()]
     key = []
     for name, field in spec.dispatch.key.items():
         expr, buckets = (field.expr, field.buckets) if isinstance(field, KeyField) else (field, None)
-        source = expr.to_python()
+        source = expr.to_python(numbers)
         key.append((name, source if buckets is None else f"bucket_index({source}, {buckets!r})"))
     doc_lines = spec.doc.strip().splitlines()
     variants = sorted({(v.name, tuple(o for _, o in v.options)) for r in ("cuda", "npu")
@@ -160,7 +161,29 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
                 helpers="\n\n".join(filter(None, [python_helpers(calls), inspect.getsource(bucket_index)])).rstrip("\n"),
                 chips=[(p.backend, p.device_names, p.name) for p in PROFILES.values()
                        if p.backend in ("cuda", "npu")],
-                **_signature_context(spec))
+                **_signature_context(spec, numbers))
+
+
+def _numbers(spec: OpSpec) -> frozenset[str]:
+    """Names whose values in the generated API are numbers or booleans, never strings or tuples:
+    dims, numeric scalars, ``<tensor>_given``, ``CORES``, the params whose formulas give numbers,
+    and the tunables whose domains hold no string and whose defaults and fixed values are formulas
+    of numbers (a frozen row holds a value of the domain). Rendered formulas multiply, add and
+    take ``%`` of these without the bounded helpers (:meth:`opgen.expr.Expr.to_python`)."""
+    sig = spec.signature
+    numbers = {*spec.dim_symbols(), "CORES", *(n for n, s in sig.scalars.items() if s.type != "dtype"),
+               *(f"{t}_given" for t, arg in sig.tensors.items() if arg.optional)}
+    for name, expr in spec.params.items():  # in order: a param reads those before it
+        (numbers.add if expr.is_number(numbers) else numbers.discard)(name)
+    for name, tunable in spec.tunables.items():
+        formulas = [f for d in spec.dispatch.defaults.values() if name in d
+                    for f in ([d[name]] if isinstance(d[name], Expr) else d[name])]
+        formulas += [o.fixed[name] for options in spec.variants.axes.values() for o in options.values()
+                     if name in o.fixed]
+        if (name not in spec.params and all(not isinstance(v, str) for vs in tunable.domain.values() for v in vs)
+                and all(f.is_number(numbers) for f in formulas)):
+            numbers.add(name)
+    return frozenset(numbers)
 
 
 def _all_exprs(spec: OpSpec) -> list[Expr]:

@@ -17,6 +17,7 @@ import itertools
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
@@ -336,10 +337,20 @@ def read(path: Path, *, op: str, chip: str) -> RecordFile:
 
     Raises:
         RecordError: ``path:line`` on a malformed line (other than a torn last line) or a
-            foreign record (another op, chip or schema version).
+            foreign record (another op, chip or schema version); ``path`` where it is no regular
+            file (a folder, a FIFO, a device) or a link that loops or leads nowhere, which would
+            otherwise read as no records.
     """
-    if not path.exists():
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise RecordError(f"{path} is a link to nothing ({os.readlink(path)})") from None
         return RecordFile(path, (), 0)
+    except OSError as exc:  # a loop of links, a file where a folder should be
+        raise RecordError(f"{path}: {exc.strerror.lower()}") from None
+    if not stat.S_ISREG(found.st_mode):
+        raise RecordError(f"{path} is not a regular file")
     data = path.read_bytes()
     lines = data.split(b"\n")
     if not lines[-1]:

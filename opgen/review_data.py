@@ -25,6 +25,7 @@ from .kernels import kernel_hashes
 from .keys import key_text
 from .records import TrialRecord, record_path
 from .spec import OpSpec
+from .storage import shown
 from .table import FrozenTable, frozen_rows, read_keyed
 
 RUNS = Path("benchmarks") / "runs.yaml"
@@ -289,7 +290,7 @@ def studies_from_storage(spec: OpSpec, chip: ChipProfile, storage: str,
         handle = open_storage(storage)
         names = optuna.study.get_all_study_names(handle)
     except Exception as exc:  # optuna raises many kinds for a bad URL or file
-        raise UsageError(f"--storage {storage}: cannot read it as an optuna storage ({exc})") from None
+        raise UsageError(f"--storage {shown(storage)}: cannot read it as an optuna storage ({exc})") from None
     out = []
     for name in sorted(names):
         parts = name.split("|")

@@ -13,6 +13,7 @@ from . import plots
 from .hardware import ChipProfile
 from .review_data import GOOD, RUNS, BenchRun, Headroom, ReviewData, gather
 from .spec import OpSpec
+from .storage import shown
 
 
 def write(root: Path, spec: OpSpec, chip: ChipProfile, out: Path, storage: str | None = None) -> list[Path]:
@@ -204,7 +205,7 @@ def _history(root: Path, data: ReviewData, images: list[str]) -> str:
     measured = sum(m is not None for s in studies for m in s.medians)
     lines = ["## Tuning history", ""]
     if data.storage:
-        lines.append(f"From the optuna storage `{data.storage}`: each study's trials in trial-number order, "
+        lines.append(f"From the optuna storage `{shown(data.storage)}`: each study's trials in trial-number order, "
                      "the value of each complete trial.")
     else:
         lines.append(f"No optuna storage is committed (`opgen tune` keeps its journal in `.tune/`, outside git); "

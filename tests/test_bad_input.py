@@ -1,5 +1,6 @@
 """Malformed specs, formulas and op calls get an error that names the problem, never a traceback
 from deep inside opgen or a generated module, and never a silently wrong value."""
+import importlib.util
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ import torch
 import yaml
 
 from opgen.errors import ExprError, SpecError
-from opgen.expr import bounded_pow, parse
+from opgen.expr import MAX_BITS, MAX_ITEMS, bounded, bounded_pow, parse, python_helpers
 from opgen.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,20 +74,70 @@ def test_formulas_too_long_or_deep_are_refused_at_parse(source, expected):
         parse(source)
 
 
-@pytest.mark.parametrize("source, expected", [
+# Each kind of formula that would build without bound: what it builds, the error saying so.
+GROWTH = [
     ("N ** 9 ** 9", "exponent 387420489 exceeds 64"),
+    ("((((((2**64)**64)**64)**64)**64)**64)", "an integer of 4097 bits (at most 4096)"),
+    ("(N ** 64) ** 64", "an integer of more than 81600 bits"),
+    ("BIG * BIG", "an integer of at least 6001 bits"),
+    ("BIG ** 2", "an integer of more than 6000 bits"),
     ("'x' * 10 ** 15", "repeated more than 4096 times"),
     ("(1, 2) * N", "repeated more than 4096 times"),
-])
+    ("('x' * 4096) * 4096 * 4096", "a string of 16777216 characters (at most 4096)"),
+    ("(('x' * 64,) * 64,) * 64", "a tuple of more than 4096 items (nested ones counted)"),
+    ("('x' * 4000) + ('y' * 4000)", "a string of more than 4096 characters"),
+    ("(0,) * 3000 + (1,) * 3000", "a tuple of more than 4096 items"),
+    ("'%0999999999999d' % 1", "% formatting of a string is not allowed"),
+    ("('%' + '0999999999999d') % N", "% formatting of a string is not allowed"),
+]
+
+
+@pytest.mark.parametrize("source, expected", GROWTH)
 def test_formulas_that_would_hang_or_fill_memory_fail_fast(source, expected):
-    with pytest.raises(ExprError, match=expected):
-        parse(source).evaluate({"N": 10 ** 6})
+    with pytest.raises(ExprError, match=re.escape(expected)) as info:
+        parse(source).evaluate({"N": 10 ** 6, "BIG": 2 ** 3000})
+    assert repr(source) in str(info.value)  # the formula is named
+
+
+@pytest.mark.parametrize("source, expected", GROWTH)
+def test_generated_code_bounds_what_opgen_bounds(source, expected):
+    expr = parse(source)
+    helpers: dict = {}
+    exec(python_helpers(expr.python_calls()), helpers)  # noqa: S102 - the rendered helpers
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        eval(expr.to_python(), helpers, {"N": 10 ** 6, "BIG": 2 ** 3000})  # noqa: S307
+
+
+@pytest.mark.parametrize("source", ["1 << N", "N >> 1", "f'{N:>999999999}'", "'{:>999999999}'.format(N)", "N @ N"])
+def test_operators_that_build_without_bound_are_not_in_the_language(source):
+    with pytest.raises(ExprError, match="not allowed"):
+        parse(source)
+
+
+def test_the_limits_hold_at_their_edge():
+    assert bounded(2 ** MAX_BITS - 1) and bounded("x" * MAX_ITEMS) and bounded((("ab",),) * 1000)
+    assert parse("2 ** 64 * 2 ** 63 * N").evaluate({"N": 3}) == 3 * 2 ** 127
+    assert parse("(2 ** 63) ** 64 * 8 - 1").evaluate({}) == 2 ** 4035 - 1
+    for source in ("2 ** 64 * 2 ** 64 * (2 ** 63) ** 64", "(2 ** 63) ** 64 * 2 ** 64"):
+        with pytest.raises(ExprError, match="bits"):
+            parse(source).evaluate({})
+
+
+def test_generated_code_calls_the_helpers_only_where_an_operand_may_be_a_sequence():
+    expr = parse("B * H * NT + (8 if K % 8 == 0 else 1) + dtype * 2 + 2 ** K")
+    numbers = {"B", "H", "NT", "K"}
+    assert expr.to_python(numbers) == ("bounded_add(bounded_add(B * H * NT + (8 if K % 8 == 0 else 1), "
+                                       "bounded_mul(dtype, 2)), bounded_pow(2, K))")
+    assert expr.python_calls(numbers) == {"bounded", "bounded_add", "bounded_mul", "bounded_pow"}
+    assert parse("B * H * NT + K % 8").to_python(numbers) == "B * H * NT + K % 8"
+    assert parse("max(B, K) * min(T) + abs(H) * cdiv(B, H)").to_python(numbers) == \
+        "bounded_add(bounded_mul(max(B, K), min(T)), abs(H) * cdiv(B, H))"  # min(T) is an item of T
 
 
 def test_generated_formulas_bound_exponents_as_opgen_does():
     expr = parse("N ** 9 ** 9 + 2 ** N")
     assert expr.to_python() == "bounded_pow(N, bounded_pow(9, 9)) + bounded_pow(2, N)"
-    assert "bounded_pow" in expr.calls
+    assert expr.python_calls() == {"bounded", "bounded_pow"} and expr.calls == ()
     assert bounded_pow(2, 10) == 1024
     with pytest.raises(ValueError, match="exceeds 64"):
         bounded_pow(3, 65)
@@ -169,12 +220,52 @@ def test_check_and_build_see_links_caches_modes_and_folders(tmp_path):
      '  - {rule: "N // 0 == 0", error: ValueError, message: "never"}\n', "checks.0 cannot be evaluated"),
     ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', 'ub_bytes: "BLOCK > 4"', "a byte count"),
     ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', "ub_bytes: \"'a lot'\"", "a byte count"),
+    ("N: {expr: N, buckets", 'N: {expr: "cdiv(N, 0)", buckets', "dispatch.key.N cannot be evaluated"),
 ])
 def test_the_build_refuses_what_would_fail_later(tmp_path, old, new, expected):
     root = _toy(tmp_path)
     _edit(root, old, new)
     result = _opgen(root, "build")
     assert result.returncode != 0 and expected in result.stderr and "Traceback" not in result.stderr
+    assert not (root / "generated").exists()  # refused before anything is written
+
+
+NESTED = "((((((2**64)**64)**64)**64)**64)**64)"
+KEY = "N: {expr: N, buckets"
+CONSTRAINT = '  - "BLOCK <= max(16, pow2(N))"\n'
+BUDGET = '"BLOCK * 4 * (2 if multibuffer else 1)"'
+
+
+# Every kind of formula of the toy spec, made to fail on its case: the build names the case, the key
+# path and the formula.
+@pytest.mark.parametrize("old, new, expected", [
+    (KEY, 'N: {expr: "cdiv(N, 0)", buckets',
+     "dispatch.key.N cannot be evaluated: formula 'cdiv(N, 0)': ZeroDivisionError"),
+    (KEY, f'N: {{expr: "N + {NESTED}", buckets', "dispatch.key.N cannot be evaluated: formula 'N + ((((((2**64)"),
+    (KEY, "N: {expr: \"'big'\", buckets", "dispatch.key.N gives 'big', not a finite number to bucket"),
+    (KEY, 'N: "(N, N)"\n    M: {expr: N, buckets', "dispatch.key.N gives (50, 50), not a string, boolean or finite"),
+    (CONSTRAINT, '  - "BLOCK <= N // (N - 50)"\n', "constraints.0 cannot be evaluated with good at the "),
+    (CONSTRAINT, f'  - "BLOCK <= {NESTED}"\n', "constraints.0 cannot be evaluated with good"),
+    (BUDGET, '"BLOCK * 4 // (0 if MODE == \'wrong\' else 1)"', "budgets.npu.ub_bytes cannot be evaluated with wrong at"),
+    (BUDGET, f'"BLOCK * 4 + {NESTED}"', "the ascend910b1 default fails: formula 'BLOCK * 4 + ((((((2**64)"),
+    ('BLOCK: "16"}', f'BLOCK: "16 + {NESTED}"}}', "default fails: formula '16 + ((((((2**64)"),
+    (CONSTRAINT, f'{CONSTRAINT}params:\n  NB: "N * {NESTED}"\n', "its params do not evaluate: formula 'N * (((((("),
+    ('hang: {doc: "never returns"}', 'hang: {doc: "never returns", when: "N // 0 > 1"}',
+     "variants.axes.MODE.hang.when cannot be evaluated: formula 'N // 0 > 1'"),
+    ('crash: {doc: "kills its process"}', 'crash: {doc: "x", fixed: {BLOCK: "N // (N - 50)"}}',
+     "variants.axes.MODE.crash.fixed.BLOCK cannot be evaluated"),
+    ("when: bias_given", "when: \"bias_given + 'x'\"", "signature.outputs.y_plus.when cannot be evaluated"),
+])
+def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, expected):
+    from opgen.case_checks import check_cases
+    from opgen.errors import BuildError
+
+    root = _toy(tmp_path)
+    _edit(root, old, new)
+    with pytest.raises(BuildError) as info:
+        check_cases(load_spec(root / "specs" / "toy_op.yaml", root))
+    assert "specs/toy_op.yaml: case smoke[0] {'N': 50, 'dtype': 'float32'}: " in str(info.value)
+    assert expected in str(info.value)
 
 
 def test_a_template_without_launch_or_not_utf8_is_named(tmp_path):
@@ -213,3 +304,167 @@ def test_a_records_line_with_a_key_twice_is_refused_naming_the_line(tmp_path):
         read(path, op="chunk_gla_fwd_o_gk", chip="h200")
     path.write_text(lines[0] + "\n" + lines[1] + "\n")
     assert len(read(path, op="chunk_gla_fwd_o_gk", chip="h200").records) == 2
+
+
+def test_a_constraint_that_would_hang_the_dry_run_is_named(tmp_path):
+    root = _toy(tmp_path)
+    _edit(root, '"BLOCK <= max(16, pow2(N))"', '"BLOCK <= max(16, pow2(N)) + ((((((2**64)**64)**64)**64)**64)**64)"')
+    result = _opgen(root, "tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--dry-run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "formula 'BLOCK <= max(16, pow2(N)) + ((((((2**64)**64)**64)**64)**64)**64)'" in result.stderr
+    assert "an integer of 4097 bits (at most 4096)" in result.stderr
+
+
+# --- command line settings: refused before any work, a dry run included ----------------------------
+def _main(capsys, *args: str) -> tuple[int, str]:
+    """``opgen --root <toy> args`` in this process: its exit status and what it printed on stderr."""
+    from opgen.cli import main
+
+    try:
+        code = main(["--root", str(TOY), *args])
+    except SystemExit as exc:  # argparse refuses an option with status 2
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+TUNE = ("tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--dry-run")
+REPLAY = ("replay", "toy_op", "--chip", "interpreter", "--variant", "good", "--records", str(GLA))
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((*TUNE, "--point-timeout", "0"), "argument --point-timeout: expected a finite number > 0, got '0'"),
+    ((*TUNE, "--point-timeout", "-1"), "argument --point-timeout: expected a finite number > 0, got '-1'"),
+    ((*TUNE, "--point-timeout", "inf"), "argument --point-timeout: expected a finite number > 0, got 'inf'"),
+    ((*TUNE, "--trials", "-5"), "argument --trials: expected an integer >= 0, got '-5'"),
+    ((*TUNE, "--repeat", "0"), "argument --repeat: expected an integer >= 1, got '0'"),
+    ((*TUNE, "--warmup", "-1"), "argument --warmup: expected an integer >= 0, got '-1'"),
+    ((*TUNE, "--storage", "/tmp"), "argument --storage: /tmp is a folder, not a file"),
+    ((*TUNE, "--devices", ""), "argument --devices: expected comma-separated device names"),
+    ((*TUNE, "--devices", "cuda:0,,cuda:1"), "argument --devices: expected comma-separated device names"),
+    ((*TUNE, "--compile-workers", "-1"), "argument --compile-workers: expected an integer >= 0, got '-1'"),
+    ((*TUNE, "--study-seconds", "-1"), "argument --study-seconds: expected a finite number >= 0, got '-1'"),
+    ((*TUNE, "--campaign-seconds", "nan"), "argument --campaign-seconds: expected a finite number >= 0, got 'nan'"),
+    ((*TUNE, "--drop-below", "1.5"), "argument --drop-below: expected a number in [0, 1], got '1.5'"),
+    ((*TUNE, "--heartbeat", "0"), "argument --heartbeat: expected an integer >= 1, got '0'"),
+    ((*TUNE, "--date", "2024-13-01"), "argument --date: expected a date YYYY-MM-DD, got '2024-13-01'"),
+    (("cases", "toy_op", "--sample", "100000000"),
+     "argument --sample: expected an integer in [1, 10000] (cases one draw may check), got '100000000'"),
+    (("cases", "toy_op", "--holdout", "nan"), "argument --holdout: expected a number in [0, 1), got 'nan'"),
+    (("cases", "toy_op", "--measure", "1"), "argument --measure: expected a number in [0, 1), got '1'"),
+    ((*REPLAY, "--fraction", "0"), "argument --fraction: expected a number in (0, 1], got '0'"),
+    ((*REPLAY, "--fraction", "-1"), "argument --fraction: expected a number in (0, 1], got '-1'"),
+    ((*REPLAY, "--within", "-0.5"), "argument --within: expected a finite number >= 0, got '-0.5'"),
+    ((*REPLAY, "--seeds", "0"), "argument --seeds: expected an integer >= 1, got '0'"),
+    (("bench", "toy_op", "--baseline", "x", "--rounds", "0"), "argument --rounds: expected an integer >= 1, got '0'"),
+])
+def test_settings_are_refused_naming_the_option(capsys, args, expected):
+    code, err = _main(capsys, *args)
+    assert code == 2 and expected in err and "Traceback" not in err
+
+
+@pytest.fixture
+def odd_paths(tmp_path):
+    """A FIFO, a loop of links, a link to nothing, a file and a folder."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x\n")
+    (tmp_path / "folder").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((*TUNE, "--records", "{dir}/folder"), "argument --records: {dir}/folder is a folder, not a file"),
+    ((*TUNE, "--records", "{dir}/fifo"), "argument --records: {dir}/fifo is a FIFO, not a file"),
+    ((*TUNE, "--records", "/dev/zero"), "argument --records: /dev/zero is a character device, not a file"),
+    ((*TUNE, "--records", "{dir}/loop_a"), "argument --records: {dir}/loop_a: too many levels of symbolic links"),
+    ((*TUNE, "--records", "{dir}/dangling"), "argument --records: {dir}/dangling is a link to nothing"),
+    ((*TUNE, "--storage", "{dir}/fifo"), "argument --storage: {dir}/fifo is a FIFO, not a file"),
+    (("records", "toy_op", "--chip", "interpreter", "--records", "/nonexistent.jsonl"),
+     "--records: no such file: /nonexistent.jsonl"),
+    (("records", "toy_op", "--chip", "interpreter", "--records", "{dir}/loop_a"), "too many levels of symbolic links"),
+    (("cases", "toy_op", "--out", "{dir}/folder"), "argument --out: {dir}/folder is a folder, not a file"),
+    (("cases", "toy_op", "--out", "{dir}/file/cases.yaml"), "argument --out: {dir}/file/cases.yaml: not a directory"),
+    (("schema", "--out", "{dir}/folder"), "argument --out: {dir}/folder is a folder, not a file"),
+    (("schema", "--out", "{dir}/fifo"), "argument --out: {dir}/fifo is a FIFO, not a file"),
+    (("report", "toy_op", "--chip", "interpreter", "--out", "{dir}/file"), "argument --out: {dir}/file is a file, not a folder"),
+    (("report", "toy_op", "--chip", "interpreter", "--storage", "{dir}/folder"),
+     "argument --storage: {dir}/folder is a folder, not a file"),
+    ((*REPLAY[:-2], "--records", "{dir}/nothing.jsonl"), "argument --records: no such file: {dir}/nothing.jsonl"),
+    (("bench", "toy_op", "--baseline", "x", "--merge", "{dir}/dangling"), "argument --merge: {dir}/dangling is a link"),
+    (("bench", "toy_op", "--baseline", "x", "--json", "{dir}/folder"), "argument --json: {dir}/folder is a folder"),
+])
+def test_paths_are_checked_for_their_kind_before_they_are_opened(capsys, odd_paths, args, expected):
+    code, err = _main(capsys, *(a.format(dir=odd_paths) for a in args))
+    assert code == 2 and expected.format(dir=odd_paths) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", ["loop", "fifo", "folder"])
+def test_a_records_file_that_is_no_file_is_refused_not_read_as_empty(tmp_path, kind):
+    from opgen.errors import RecordError
+    from opgen.records import read
+
+    path = tmp_path / "toy_op.jsonl"
+    if kind == "loop":
+        path.symlink_to(path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    with pytest.raises(RecordError, match="toy_op.jsonl"):
+        read(path, op="toy_op", chip="interpreter")
+
+
+URL = "postgresql://user:PASSWORD@127.0.0.1:1/db"
+
+
+@pytest.mark.parametrize("args", [
+    ("report", "toy_op", "--chip", "interpreter", "--storage", URL),  # opgen's own error
+    ("report", "toy_op", "--chip", "interpreter", URL),  # argparse's: unrecognized arguments
+    ("records", "toy_op", "--chip", "interpreter", "--pull", URL.replace("postgresql", "mysql")),
+])
+def test_passwords_are_masked_in_every_message(capsys, args):
+    code, err = _main(capsys, *args)
+    assert code == 2 and "user:***@127.0.0.1" in err and "PASSWORD" not in err
+
+
+# --- opgen explain and opgen bench: the calls the op refuses, the devices the host lacks --------
+EXPLAIN = ("explain", "chunk_gla_fwd_o_gk", "--chip", "h200", "B=2", "H=4", "K=128", "V=128")
+
+
+@pytest.mark.parametrize("words, code, expected", [
+    (("T=1024", "chunk_size=48"), 1, "refused by the op's checks: ValueError: chunk_size must be one of 32, 64, got 48"),
+    (("T=1024", "scale=nan"), 1, "ValueError: scale must be a finite float32 value (the kernels take it in float32), got nan"),
+    (("T=1024", "scale=1e39"), 1, "scale must be a finite float32 value (the kernels take it in float32), got 1e+39"),
+    (("T=1024", "dtype=int32"), 2, "a dtype some tensor allows"),
+    (("T=" + "9" * 400,), 2, "T=an int of 400 digits: a tensor's size is an int in [0, 2**63 - 1]"),
+    (("T=-1",), 2, "T=-1: a tensor's size is an int in [0, 2**63 - 1]"),
+    (("T=1024", "B=3"), 2, "B given twice (B=2 and B=3)"),
+    (("T=1024", "use_exp2=maybe"), 2, "use_exp2=maybe: expected a bool"),
+])
+def test_explain_refuses_the_calls_the_op_refuses(capsys, words, code, expected):
+    from opgen.cli import main
+
+    status = main(["--root", str(ROOT), *EXPLAIN, *words])
+    out, err = capsys.readouterr()
+    assert status == code and expected in (out if code == 1 else err) and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("--backend", "cuda"), "no cuda device cuda:0 on this host (0 found"),
+    (("--backend", "cuda", "--device", "cuda:7"), "no cuda device cuda:7 on this host"),
+    (("--backend", "cuda", "--device", "gpu7"), "device 'gpu7' is not a torch device name"),
+    (("--backend", "cuda", "--device", "cpu"), "device 'cpu' is not a cuda device"),
+    (("--backend", "npu",), "backend npu needs torch_npu"),
+])
+def test_bench_on_a_device_this_host_lacks_says_so(capsys, args, expected):
+    import torch
+
+    if torch.cuda.is_available() or importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("this host has a device: the refusals are for one without")
+    from opgen.cli import main
+
+    code = main(["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and "Traceback" not in err

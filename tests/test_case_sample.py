@@ -171,7 +171,7 @@ def test_a_region_the_checks_refuse_is_an_error(gla):
         case_sample.sample_cases(spec)
     with pytest.raises(UsageError, match="holdout \\+ measure below 1"):
         case_sample.sample_cases(gla, holdout=0.5, measure=0.5)
-    with pytest.raises(UsageError, match="--measure-extra -1: .*no negative extra"):
+    with pytest.raises(UsageError, match="--measure-extra -1: .*0 to 10000 extra"):
         case_sample.sample_cases(gla, measure_extra=-1)
 
 

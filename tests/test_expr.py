@@ -73,7 +73,7 @@ def test_names_and_calls_are_listed():
 def test_python_rendering_round_trips(source):
     expr = parse(source)
     helpers = {}
-    exec(python_helpers(set(expr.calls)), helpers)  # noqa: S102 - the test checks the rendered text
+    exec(python_helpers(expr.python_calls()), helpers)  # noqa: S102 - the test checks the rendered text
     for K in (1, 31, 32, 33, 96, 128, 300):
         env = {"K": K, "T": 3 * K + 1, "BT": 64, "s": -K, "dtype": "float16", "flag": K % 2 == 0}
         rendered = eval(expr.to_python(), dict(helpers), dict(env))  # noqa: S307

@@ -104,9 +104,10 @@ def test_report_refuses_an_unknown_op_or_chip_or_a_chip_without_data(tmp_path, c
     assert "unknown chip 'h900'" in capsys.readouterr().err
     assert cli.main([*base, "chunk_gla_fwd_o_gk", "--chip", "ascend910b3", "--out", str(tmp_path)]) == 2
     assert "nothing to report for chunk_gla_fwd_o_gk on ascend910b3" in capsys.readouterr().err
-    assert cli.main([*base, "chunk_gla_fwd_o_gk", "--chip", "h200", "--storage", str(tmp_path / "none.journal"),
-                     "--out", str(tmp_path)]) == 2
-    assert "no such journal file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal, before any work
+        cli.main([*base, "chunk_gla_fwd_o_gk", "--chip", "h200", "--storage", str(tmp_path / "none.journal"),
+                  "--out", str(tmp_path)])
+    assert refused.value.code == 2 and "argument --storage: no such file" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
 

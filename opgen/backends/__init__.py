@@ -109,6 +109,27 @@ class EventBackend:
         return measure
 
 
+def require_device(backend: str, device: str, module, why: str = "") -> None:
+    """Refuse ``device`` where this host has no such ``backend`` device (a tensor made on it would
+    fail deep inside torch): not a device name, a device of another kind, an index past the
+    devices found, or none at all (``why`` tells why there are none, where it is known).
+
+    Raises:
+        UnsupportedInput: naming the device and what this host has.
+    """
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise UnsupportedInput(f"device {device!r} is not a torch device name ({exc})") from None
+    if parsed.type != backend:
+        raise UnsupportedInput(f"device {device!r} is not a {backend} device (backend {backend})")
+    count = module.device_count() if module.is_available() else 0
+    if (parsed.index or 0) >= count:
+        raise UnsupportedInput(f"no {backend} device {device} on this host ({count} found{why})")
+
+
 BACKENDS = {
     "cuda": "opgen.backends.cuda:CudaBackend",
     "npu": "opgen.backends.npu:NpuBackend",

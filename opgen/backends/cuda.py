@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import EventBackend
+from . import EventBackend, require_device
 
 
 class CudaBackend(EventBackend):
@@ -12,6 +12,7 @@ class CudaBackend(EventBackend):
     name = "cuda"
 
     def __init__(self, device: str = "cuda:0") -> None:
+        require_device("cuda", device, torch.cuda, "" if torch.version.cuda else "; this torch is built without CUDA")
         super().__init__(device)
 
     def _module(self):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from . import EventBackend
+from ..errors import UnsupportedInput
+from . import EventBackend, require_device
 
 
 class NpuBackend(EventBackend):
@@ -16,8 +17,11 @@ class NpuBackend(EventBackend):
     name = "npu"
 
     def __init__(self, device: str = "npu:0") -> None:
-        import torch_npu  # noqa: F401  (registers torch.npu)
-
+        try:
+            import torch_npu  # noqa: F401  (registers torch.npu)
+        except ImportError as exc:
+            raise UnsupportedInput(f"backend npu needs torch_npu, which this Python cannot import ({exc})") from None
+        require_device("npu", device, torch.npu)  # type: ignore[attr-defined]
         super().__init__(device)
 
     def _module(self):
