@@ -1,0 +1,106 @@
+"""``opgen resources``: the kernels a frozen table launches, compiled for the chip on this host (no
+device): which kernels, ptxas's figures, the occupancy they allow, the cache, the Ascend front end.
+
+The compile tests need a Python whose Triton has the NVIDIA backend: ``.venv-descriptors``, which
+``.ci/run`` makes with ``scripts/descriptor_interpreter.sh`` (or the one ``$OPGEN_CUDA_PYTHON``
+names); without it they fail, saying how to make it.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from opgen.cli import main
+from opgen.cuda_compile import ptxas_figures
+from opgen.errors import UsageError
+from opgen.hardware import profile
+from opgen.kernels import kernel_hashes
+from opgen.records import record_path
+from opgen.resources import Entry, compile_jobs, compile_python, occupancy, resources, table_entries
+from opgen.space import case_inputs, evaluate_params, find_variant, fixed_values, is_legal
+from opgen.spec import load_spec
+from opgen.table import frozen_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+GLA = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+H200 = profile("h200")
+
+LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'helper_kernel' for 'sm_90a'
+ptxas info    : Function properties for helper_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers
+ptxas info    : Compiling entry function 'op_chunk_kernel' for 'sm_90a'
+ptxas info    : Function properties for op_chunk_kernel
+    256 bytes stack frame, 354 bytes spill stores, 348 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 384 bytes cmem[0]
+ptxas info    : Compile time = 812.000 ms
+"""
+
+
+def test_ptxas_figures_are_the_named_entry_functions():
+    assert ptxas_figures(LOG, "op_chunk_kernel") == dict(regs=128, stack=256, spill_stores=354, spill_loads=348)
+    assert ptxas_figures(LOG, "helper_kernel") == dict(regs=40, stack=0, spill_stores=0, spill_loads=0)
+    assert ptxas_figures(LOG, "other_kernel") is None
+    assert ptxas_figures(LOG.replace("Used 128 registers", "Used registers"), "op_chunk_kernel") is None
+
+
+def test_occupancy_takes_the_least_limit():
+    # 128 registers x 32 threads = 4096 a warp: 16 warps, 4 blocks of 4 warps; 48 KiB + 1 KiB a block: 4
+    assert occupancy(H200, 128, 49152, 4) == (4, {"regs": 4, "smem": 4, "threads": 16, "ctas": 32})
+    # 65 registers round up to 72 a thread (2304 a warp): 28 warps, 7 blocks of 4
+    assert occupancy(H200, 65, 0, 4)[1]["regs"] == 7
+    assert occupancy(H200, 32, 0, 1) == (32, {"regs": 64, "smem": 228, "threads": 64, "ctas": 32})
+    assert occupancy(H200, 64, 227 * 1024 + 1, 4)[0] == 0  # over a block's shared memory: never launches
+    assert occupancy(H200, 255, 0, 8)[0] == 1
+
+
+def test_table_entries_are_the_choices_at_their_cases_and_the_defaults_there():
+    table = frozen_rows(GLA, H200, record_path(ROOT, "h200", GLA.op), kernel_hashes(ROOT, GLA, "cuda"))
+    entries = table_entries(GLA, H200, table)
+    choices = [e for e in entries if e.role == "choice"]
+    defaults = [e for e in entries if e.role == "default"]
+    assert sum(e.rows for e in choices) == sum(e.rows for e in defaults) == len(table.rows)
+    assert len({e.same for e in choices}) == len(choices) and len({e.same for e in defaults}) == len(defaults)
+    assert {e.case for e in defaults} == {e.case for e in choices}
+    for e in choices:  # legal at its case, the tunables its variant fixes taken there
+        params = evaluate_params(GLA, case_inputs(GLA, dict(e.case)))
+        variant = find_variant(GLA, e.variant)
+        assert is_legal(GLA, variant, params)
+        assert fixed_values(GLA, variant, params).items() <= dict(e.config).items()
+    tuned = [r for r in table.rows if r.source is None]
+    assert sum(e.record is not None for e in choices) == len(tuned)
+
+
+def test_a_table_without_rows_asks_for_a_case_set():
+    with pytest.raises(UsageError, match="--cases"):
+        resources(ROOT, GLA, profile("h100"))
+
+
+def test_ascend_chip_gets_the_front_end_and_the_estimate():
+    case = dict(B=1, T=40, H=2, K=32, V=32, chunk_size=32, dtype="float16")
+    report = resources(ROOT, GLA, profile("ascend910b3"), [case])
+    (entry,) = report["entries"]
+    assert entry["case"] == case and entry["kernels"] and all(k["accepted"] for k in entry["kernels"])
+    assert entry["budget"]["kind"] == "ub_bytes" and entry["budget"]["reported"] is None
+    assert "needs an NPU" in report["note"]
+
+
+def test_compiles_for_sm90_on_this_host_and_caches_the_figures(tmp_path, capsys):
+    """One bench case's kernel compiled for the H200 in the compile Python, then read back from
+    the cache; ptxas's figures and the occupancy they allow are ints."""
+    argv = ["--root", str(ROOT), "resources", GLA.op, "--chip", "h200", "--cases", "sweep", "--json",
+            "--jobs", "1", "--cache", str(tmp_path)]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    (entry,) = report["entries"]
+    (kernel,) = entry["kernels"]
+    assert kernel["cached"] is False and kernel["name"] == "chunk_gla_fwd_o_gk_kernel"
+    for name in ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "ctas"):
+        assert isinstance(kernel[name], int) and kernel[name] >= 0, (name, kernel)
+    assert kernel["regs"] > 0 and kernel["num_warps"] == entry["config"]["num_warps"]
+    assert report["summary"]["kernels"] == 1 and report["target"].startswith("sm_90a")
+    assert len(list(tmp_path.glob("*/*.json"))) == 1
+    job = Entry("case", entry["variant"], tuple(entry["config"].items()), tuple(entry["case"].items())).job(GLA, H200)
+    again = compile_jobs(ROOT, [job], 90, tmp_path, 1, compile_python(ROOT))["results"]
+    assert again == [{"kernels": [{**{k: v for k, v in kernel.items() if k not in ("ctas", "limits")}, "cached": True}]}]
