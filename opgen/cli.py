@@ -469,9 +469,18 @@ def _cmd_resources(args: argparse.Namespace) -> int:
 
     root = _root(args)
     spec = _op_spec(root, args.op)
+    if args.check_budget:
+        from .resources import check_budget, check_text
+
+        cases = args.cases or ("bench" if "bench" in spec.cases else next(iter(spec.cases)))
+        found = check_budget(root, spec, profile(args.chip), spec.expand_cases(cases), args.sample, args.seed,
+                             args.variants.split(",") if args.variants else None, not args.no_choices, args.jobs,
+                             args.python, Path(args.cache) if args.cache else None, args.compile_timeout or None)
+        print(json.dumps(found, indent=1, sort_keys=True) if args.json else check_text(found))
+        return 1 if found["underestimates"] else 0
     rows = spec.expand_cases(args.cases) if args.cases else None
     report = resources(root, spec, profile(args.chip), rows, args.jobs, args.python,
-                       Path(args.cache) if args.cache else None)
+                       Path(args.cache) if args.cache else None, args.compile_timeout or None)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else text(report))
     return 0
 
@@ -643,6 +652,18 @@ def main(argv: list[str] | None = None) -> int:
     resources_p.add_argument("--jobs", type=int, help="processes compiling the kernels not cached (default: the CPUs)")
     resources_p.add_argument("--python", help="a Python whose Triton has the NVIDIA backend, for the compile step")
     resources_p.add_argument("--cache", help="folder of the cached figures (default: .cache/opgen-resources)")
+    resources_p.add_argument("--compile-timeout", type=float, default=600.0,
+                             help="seconds a kernel may take to compile before it is reported as not compiled "
+                                  "(0: no limit)")
+    resources_p.add_argument("--check-budget", action="store_true",
+                             help="the spec's budget formula against the compiled shared memory, on the table's "
+                                  "choices and --sample points a variant drawn from its space at the cases of "
+                                  "--cases (default: bench, or the spec's first case set); exit 1 on an "
+                                  "underestimate")
+    resources_p.add_argument("--sample", type=int, default=2, help="with --check-budget: points drawn a variant")
+    resources_p.add_argument("--seed", type=int, default=0, help="with --check-budget: seed of the draw")
+    resources_p.add_argument("--variants", help="with --check-budget: only these variants (comma-separated)")
+    resources_p.add_argument("--no-choices", action="store_true", help="with --check-budget: the drawn points alone")
     resources_p.set_defaults(func=_cmd_resources)
     report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
     report_p.add_argument("op")

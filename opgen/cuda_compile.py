@@ -19,12 +19,12 @@ a Python where the running one lacks it (JOBS and ANSWER: JSON files). Uses ``la
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import contextlib
 import hashlib
 import io
 import json
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import re
 import subprocess
@@ -213,9 +213,12 @@ def _record(root: str, job: Mapping[str, Any]) -> list[Any]:
     return record(_spec(root, job["op"]), "cuda", job["variant"], job["config"], job["case"], job["programs"])
 
 
-def _compile_task(task: tuple[str, Mapping[str, Any], int, str, str]) -> tuple[str, dict[str, Any]]:
+Task = tuple  # (root, job, launch index, cache key, cache folder, kernel name)
+
+
+def _compile_task(task: Task) -> tuple[str, dict[str, Any]]:
     """One missing kernel (the ``index``-th launch of a job), compiled and written to the cache."""
-    root, job, index, key, cache = task
+    root, job, index, key, cache, _ = task
     try:
         figures = _compile(_record(root, job)[index])
     except Exception as exc:  # noqa: BLE001 - reported with the kernel, the other kernels go on
@@ -224,12 +227,67 @@ def _compile_task(task: tuple[str, Mapping[str, Any], int, str, str]) -> tuple[s
     return key, figures
 
 
+def _in_child(task: Task, conn: Any) -> None:
+    conn.send(_compile_task(task))
+    conn.close()
+
+
+def _compile_all(tasks: list[Task], workers: int, timeout: float | None, log: Any) -> dict[str, dict[str, Any]]:
+    """Each task compiled in a process of its own forked from this one (the kernel modules and the
+    target are set up here), ``workers`` at a time; one past ``timeout`` seconds is killed and
+    reported. Serially in this process, without a limit, where processes cannot be forked."""
+    out: dict[str, dict[str, Any]] = {}
+    done = 0
+
+    def report(task: Task, figures: Mapping[str, Any], seconds: float) -> None:
+        nonlocal done
+        done += 1
+        what = f"error: {figures['error'][:200]}" if "error" in figures else \
+            f"{figures['regs']} registers, {figures['spill_stores']} B spilled, {figures['smem']} B shared"
+        print(f"  [{done}/{len(tasks)}] {task[1]['variant']} {task[5]}: {seconds:.1f} s, {what}", file=log, flush=True)
+
+    if "fork" not in mp.get_all_start_methods():
+        for task in tasks:
+            start = time.perf_counter()
+            key, out[key] = _compile_task(task)
+            report(task, out[key], time.perf_counter() - start)
+        return out
+    context = mp.get_context("fork")
+    waiting, running = list(tasks), {}
+    while waiting or running:
+        while waiting and len(running) < max(1, workers):
+            task = waiting.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_in_child, args=(task, send), daemon=True)
+            process.start()
+            send.close()
+            running[receive] = (process, task, time.perf_counter())
+        for conn in mp.connection.wait(list(running), timeout=1.0):
+            process, task, start = running.pop(conn)
+            try:
+                key, figures = conn.recv()
+            except EOFError:
+                key, figures = task[3], {"error": f"the compiling process died (exit status {process.exitcode})"}
+            process.join()
+            out[key] = figures
+            report(task, figures, time.perf_counter() - start)
+        for conn, (process, task, start) in list(running.items()):
+            if timeout is not None and time.perf_counter() - start > timeout:
+                process.kill()
+                process.join()
+                running.pop(conn)
+                out[task[3]] = {"error": f"TimeoutError: not compiled within {timeout:g} s"}
+                report(task, out[task[3]], time.perf_counter() - start)
+    return out
+
+
 def compile_jobs(root: Path, jobs: list[Mapping[str, Any]], cc: int, cache: Path, workers: int = 1,
-                 log: Any = sys.stderr) -> list[dict[str, Any]]:
+                 timeout: float | None = None, log: Any = sys.stderr) -> list[dict[str, Any]]:
     """The kernels of each job, with their figures: ``{"kernels": [{"name", "key", "cached",
     regs, spill_stores, spill_loads, stack, smem, num_warps, ...}]}``, or ``{"error": ...}`` for a
-    job whose launches could not be recorded or bound; a kernel that did not compile holds its
-    ``error``. Each job: ``op``, ``variant``, ``config``, ``case``, ``programs``."""
+    job whose launches could not be recorded or bound; a kernel that did not compile (or not
+    within ``timeout`` seconds) holds its ``error``, and is not cached. Each job: ``op``,
+    ``variant``, ``config``, ``case``, ``programs``."""
     set_target(cc)
     keys: list[list[tuple[str, str]] | str] = []
     for job in jobs:
@@ -238,26 +296,20 @@ def compile_jobs(root: Path, jobs: list[Mapping[str, Any]], cc: int, cache: Path
         except Exception as exc:  # noqa: BLE001 - reported with the job
             keys.append(f"{type(exc).__name__}: {str(exc)[:2000]}")
     found: dict[str, dict[str, Any]] = {}
-    tasks: dict[str, tuple[str, Mapping[str, Any], int, str, str]] = {}
+    tasks: dict[str, Task] = {}
     for job, names in zip(jobs, keys):
-        for index, (_, key) in enumerate(names if isinstance(names, list) else ()):
+        for index, (name, key) in enumerate(names if isinstance(names, list) else ()):
             entry = found.get(key) or _read(cache, key)
             if entry is not None:
                 found[key] = entry
             elif key not in tasks:
-                tasks[key] = (str(root), job, index, key, str(cache))
-    start = time.perf_counter()
+                tasks[key] = (str(root), job, index, key, str(cache), name)
+    compiled: dict[str, dict[str, Any]] = {}
     if tasks:
+        start = time.perf_counter()
         print(f"compiling {len(tasks)} kernels for {target_text(cc)} ({len(found)} in the cache {cache}), "
-              f"{min(workers, len(tasks))} processes", file=log, flush=True)
-    if workers > 1 and len(tasks) > 1:
-        context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with cf.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context, initializer=set_target,
-                                    initargs=(cc,)) as pool:
-            compiled = dict(pool.map(_compile_task, tasks.values()))
-    else:
-        compiled = dict(map(_compile_task, tasks.values()))
-    if tasks:
+              f"{min(workers, len(tasks))} at a time", file=log, flush=True)
+        compiled = _compile_all(list(tasks.values()), workers, timeout, log)
         print(f"compiled in {time.perf_counter() - start:.1f} s", file=log, flush=True)
     out = []
     for names in keys:
@@ -279,13 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cc", type=int, required=True)
     parser.add_argument("--cache", required=True)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--timeout", type=float, help="seconds a kernel may take to compile")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)  # before any kernel module is imported: JIT kernels
     root = Path(args.root).resolve()
     sys.path.insert(0, str(root))  # generated/ of this project
     jobs = json.loads(Path(args.jobs).read_text())
     answer = {"target": target_text(args.cc), "python": sys.executable,
-              "results": compile_jobs(root, jobs, args.cc, Path(args.cache), args.workers)}
+              "results": compile_jobs(root, jobs, args.cc, Path(args.cache), args.workers,
+                                                   args.timeout)}
     Path(args.out).write_text(json.dumps(answer))
     return 0
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,8 @@ from typing import Any, Iterable, Mapping
 from .errors import UnsupportedInput, UsageError
 from .hardware import ChipProfile
 from .records import Budget
-from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
+from .space import (budget_bytes, budget_parts, case_inputs, default_point, evaluate_params, find_variant,
+                    fixed_values, is_legal, points, variants_for)
 from .spec import OpSpec
 from .table import FrozenTable
 
@@ -52,7 +54,8 @@ PYTHON_ENV = "OPGEN_CUDA_PYTHON"
 @dataclass(frozen=True)
 class Entry:
     """One call to compile: a table's choice (``choice``), the spec's default at a choice's shape
-    (``default``) or what the table runs on a case of a case set (``case``); the table rows it
+    (``default``), what the table runs on a case of a case set (``case``) or a point of a
+    variant's space drawn for the budget check (``sample``); the table rows it
     serves (choice) or at whose shape it stands (default); for a choice, the figures its winner
     record holds from the device."""
 
@@ -162,7 +165,7 @@ def compile_python(root: Path, given: str | None = None) -> str | None:
 
 
 def compile_jobs(root: Path, jobs: list[dict[str, Any]], cc: int, cache: Path, workers: int,
-                 python: str | None) -> dict[str, Any]:
+                 python: str | None, timeout: float | None = None) -> dict[str, Any]:
     """:func:`opgen.cuda_compile.compile_jobs` in this process (``python`` None) or in a
     subprocess of ``python``: ``{"target", "python", "results"}``.
 
@@ -173,14 +176,15 @@ def compile_jobs(root: Path, jobs: list[dict[str, Any]], cc: int, cache: Path, w
         from . import cuda_compile
 
         return {"target": cuda_compile.target_text(cc), "python": sys.executable,
-                "results": cuda_compile.compile_jobs(root, jobs, cc, cache, workers)}
+                "results": cuda_compile.compile_jobs(root, jobs, cc, cache, workers, timeout)}
     with tempfile.TemporaryDirectory() as tmp:
         jobs_file, out_file = Path(tmp) / "jobs.json", Path(tmp) / "out.json"
         jobs_file.write_text(json.dumps(jobs))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # JIT kernels, compiled
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
         done = subprocess.run([python, "-m", "opgen.cuda_compile", str(jobs_file), str(out_file), "--root", str(root),
-                               "--cc", str(cc), "--cache", str(cache), "--workers", str(workers)],
+                               "--cc", str(cc), "--cache", str(cache), "--workers", str(workers),
+                               *(["--timeout", str(timeout)] if timeout else [])],
                               cwd=root, env=env, stdout=subprocess.PIPE, stderr=None, text=True)
         if done.returncode or not out_file.is_file():
             raise UnsupportedInput(f"the compile step in {python} exited with {done.returncode}:\n"
@@ -197,8 +201,9 @@ def default_workers() -> int:
 
 
 def cuda_resources(root: Path, spec: OpSpec, chip: ChipProfile, entries: list[Entry], workers: int,
-                   python: str | None = None, cache: Path | None = None) -> dict[str, Any]:
-    """Every entry's kernels compiled for ``chip`` with their figures and occupancy, and a summary."""
+                   python: str | None = None, cache: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """Every entry's kernels compiled for ``chip`` with their figures and occupancy (a kernel not
+    compiled within ``timeout`` seconds: its error), and a summary."""
     if chip.compute_capability is None:
         raise UnsupportedInput(f"chip {chip.name}: no compute capability to compile for")
     python = compile_python(root, python)
@@ -206,7 +211,7 @@ def cuda_resources(root: Path, spec: OpSpec, chip: ChipProfile, entries: list[En
     distinct: dict[tuple, dict[str, Any]] = {}
     for entry in entries:
         distinct.setdefault(entry.same, entry.job(spec, chip))
-    answer = compile_jobs(root, list(distinct.values()), chip.compute_capability, cache, workers, python)
+    answer = compile_jobs(root, list(distinct.values()), chip.compute_capability, cache, workers, python, timeout)
     results = dict(zip(distinct, answer["results"]))
     out = []
     for entry in entries:
@@ -322,7 +327,7 @@ def _short(report: Mapping[str, Any], name: str) -> str:
 
 def _head(e: Mapping[str, Any]) -> str:
     what = {"choice": f"choice ({e['rows']} rows)", "default": f"default ({e['rows']} rows' shape)",
-            "case": "case"}[e["role"]]
+            "case": "case", "sample": "sample"}[e["role"]]
     config = ",".join(f"{k}={v}" for k, v in e["config"].items())
     return f"{what}: {e['variant']}:{config}\n  at {_values(e['case'])}"
 
@@ -384,8 +389,114 @@ def text(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- the budget model against the compiler ------------------------------------------------------
+def sample_entries(spec: OpSpec, chip: ChipProfile, rows: list[Mapping[str, Any]], sample: int, seed: int,
+                   variants: Iterable[str] | None = None) -> list[Entry]:
+    """``sample`` distinct points of each variant of the chip's rendering (of ``variants``), drawn
+    with ``seed``: a case of ``rows`` where the variant is legal, then a point of its space there
+    (the tuner's: domains, the tunables the variant fixes, constraints, within the budget); fewer
+    where the space holds fewer."""
+    wanted = None if variants is None else set(variants)
+    out: list[Entry] = []
+    for variant in variants_for(spec, chip.rendering):
+        if wanted is not None and variant.name not in wanted:
+            continue
+        legal = []
+        for row in rows:
+            params = _params(spec, row)
+            if is_legal(spec, variant, params):
+                legal.append((row, params))
+        rng = random.Random(f"{seed}:{variant.name}")
+        spaces: dict[int, tuple] = {}
+        drawn: dict[tuple, Entry] = {}
+        for _ in range(4 * sample if legal else 0):
+            if len(drawn) == sample:
+                break
+            i = rng.randrange(len(legal))
+            if i not in spaces:
+                spaces[i] = points(spec, variant, chip, legal[i][1])[0]
+            if spaces[i]:
+                entry = Entry("sample", variant.name, rng.choice(spaces[i]).values, tuple(legal[i][0].items()))
+                drawn.setdefault(entry.same, entry)
+        out.extend(drawn.values())
+    return out
+
+
+def check_budget(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[Mapping[str, Any]], sample: int,
+                 seed: int, variants: Iterable[str] | None = None, choices: bool = True, workers: int | None = None,
+                 python: str | None = None, cache: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """The spec's on-chip formula against the compiled shared memory (the largest of a point's
+    kernels) on the frozen table's choices (``choices``) and :func:`sample_entries`' points: each
+    point's estimate and figure, and the underestimates (a figure above its estimate)."""
+    if chip.backend != "cuda":
+        raise UsageError("--check-budget compares the formula with the compiled shared memory: an NVIDIA chip")
+    wanted = None if variants is None else set(variants)
+    entries = []
+    if choices:
+        from .kernels import kernel_hashes
+        from .records import record_path
+        from .table import frozen_rows
+
+        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op),
+                            kernel_hashes(root, spec, chip.rendering))
+        entries = [e for e in table_entries(spec, chip, table)
+                   if e.role == "choice" and (wanted is None or e.variant in wanted)]
+    entries += sample_entries(spec, chip, rows, sample, seed, variants)
+    report = cuda_resources(root, spec, chip, entries, workers or default_workers(), python, cache, timeout)
+    checked = budget_against_compiled(spec, chip, report)
+    return {"op": spec.op, "chip": chip.name, "target": report["target"], "sample": sample, "seed": seed,
+            "choices": choices, "cases": len(rows), "points": checked,
+            "underestimates": [p for p in checked if p["compiled"] > p["estimate"]],
+            "failed": [e for e in report["entries"] if "error" in e or any("error" in k for k in e["kernels"])],
+            "summary": report["summary"]}
+
+
+def budget_against_compiled(spec: OpSpec, chip: ChipProfile, report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """For each entry of a :func:`cuda_resources` answer whose kernels all compiled: the spec's
+    estimate of its on-chip bytes at its case and the compiled shared memory of its largest kernel."""
+    out = []
+    for e in report["entries"]:
+        used = budget_bytes(spec, find_variant(spec, e["variant"]), e["config"], _params(spec, e["case"]), chip)
+        kernels = [k for k in e.get("kernels", ()) if "error" not in k]
+        if used is None or not kernels or len(kernels) != len(e["kernels"]):
+            continue
+        largest = max(kernels, key=lambda k: k["smem"])
+        out.append({"role": e["role"], "variant": e["variant"], "config": e["config"], "case": e["case"],
+                    "kind": used[0], "estimate": used[1], "compiled": largest["smem"], "kernel": largest["name"]})
+    return out
+
+
+def check_text(report: Mapping[str, Any]) -> str:
+    """:func:`check_budget`'s answer as lines for a person: per variant, the points checked, the
+    underestimates and the largest figure over its estimate; then each underestimate."""
+    head = "the frozen table's choices and " if report["choices"] else ""
+    lines = [f"{report['op']} on {report['chip']} ({report['target']}): the spec's budget formula against the "
+             f"compiled shared memory (the largest kernel's), on {head}{report['sample']} points a variant drawn "
+             f"with seed {report['seed']} from its space at {report['cases']} cases",
+             f"  {'variant':<32} {'points':>6} {'under':>5} {'compiled / estimate':>20}"]
+    by: dict[str, list[dict[str, Any]]] = {}
+    for p in report["points"]:
+        by.setdefault(p["variant"], []).append(p)
+    for variant, ps in by.items():
+        worst = max(p["compiled"] / p["estimate"] if p["estimate"] else float("inf") for p in ps)
+        lines.append(f"  {variant:<32} {len(ps):>6} {sum(p['compiled'] > p['estimate'] for p in ps):>5} "
+                     f"{'max ' + format(worst, '.2f'):>20}")
+    under = report["underestimates"]
+    lines.append(f"{len(report['points'])} points checked, {len(under)} underestimated, "
+                 f"{len(report['failed'])} failed to compile")
+    for p in under:
+        config = ",".join(f"{k}={v}" for k, v in p["config"].items())
+        lines.append(f"  {p['role']} {p['variant']}:{config} at {_values(p['case'])}: estimate {p['estimate']}, "
+                     f"compiled {p['compiled']} ({_short(report, p['kernel'])})")
+    for e in report["failed"]:
+        lines.append(f"  failed: {e['variant']} at {_values(e['case'])}: "
+                     f"{e.get('error') or next(k['error'] for k in e['kernels'] if 'error' in k)}"[:400])
+    return "\n".join(lines)
+
+
 def resources(root: Path, spec: OpSpec, chip: ChipProfile, case_rows: list[dict[str, Any]] | None = None,
-              workers: int | None = None, python: str | None = None, cache: Path | None = None) -> dict[str, Any]:
+              workers: int | None = None, python: str | None = None, cache: Path | None = None,
+              timeout: float | None = None) -> dict[str, Any]:
     """``opgen resources``: the kernels of the chip's frozen table (or of the table on
     ``case_rows``), compiled (NVIDIA) or through the front end (Ascend), as plain data.
 
@@ -408,4 +519,4 @@ def resources(root: Path, spec: OpSpec, chip: ChipProfile, case_rows: list[dict[
                          f"--cases (one of {', '.join(spec.cases)})")
     if chip.backend == "npu":
         return npu_resources(root, spec, chip, entries)
-    return cuda_resources(root, spec, chip, entries, workers or default_workers(), python, cache)
+    return cuda_resources(root, spec, chip, entries, workers or default_workers(), python, cache, timeout)

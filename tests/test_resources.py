@@ -16,8 +16,9 @@ from opgen.errors import UsageError
 from opgen.hardware import profile
 from opgen.kernels import kernel_hashes
 from opgen.records import record_path
-from opgen.resources import Entry, compile_jobs, compile_python, occupancy, resources, table_entries
-from opgen.space import case_inputs, evaluate_params, find_variant, fixed_values, is_legal
+from opgen.resources import (Entry, check_text, compile_jobs, compile_python, occupancy, resources,
+                             table_entries)
+from opgen.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec import load_spec
 from opgen.table import frozen_rows
 
@@ -104,3 +105,34 @@ def test_compiles_for_sm90_on_this_host_and_caches_the_figures(tmp_path, capsys)
     job = Entry("case", entry["variant"], tuple(entry["config"].items()), tuple(entry["case"].items())).job(GLA, H200)
     again = compile_jobs(ROOT, [job], 90, tmp_path, 1, compile_python(ROOT))["results"]
     assert again == [{"kernels": [{**{k: v for k, v in kernel.items() if k not in ("ctas", "limits")}, "cached": True}]}]
+
+
+def test_check_budget_compares_the_formula_with_the_compiled_shared_memory(tmp_path, capsys):
+    """``--check-budget`` on a small sample: one point of post_single_persistent drawn (seed 0) at
+    the bench cases, the table's choices left out; the exit status says whether it was underestimated."""
+    argv = ["--root", str(ROOT), "resources", GLA.op, "--chip", "h200", "--check-budget", "--sample", "1",
+            "--variants", "post_single_persistent", "--no-choices", "--json", "--jobs", "1", "--cache", str(tmp_path)]
+    code = main(argv)
+    found = json.loads(capsys.readouterr().out)
+    (point,) = found["points"]
+    assert point["role"] == "sample" and point["variant"] == "post_single_persistent"
+    params = evaluate_params(GLA, case_inputs(GLA, point["case"]))
+    variant = find_variant(GLA, point["variant"])
+    assert point["case"] in GLA.expand_cases("bench")
+    assert point["estimate"] == budget_bytes(GLA, variant, point["config"], params, H200)[1]
+    assert isinstance(point["compiled"], int) and point["compiled"] > 0
+    assert found["underestimates"] == [p for p in found["points"] if p["compiled"] > p["estimate"]]
+    assert code == (1 if found["underestimates"] else 0) and not found["failed"]
+
+
+def test_an_underestimate_is_named_with_its_point_and_both_figures():
+    point = {"role": "sample", "variant": "fold_h1_chunks4", "config": {"BK": 128, "num_stages": 3},
+             "case": {"K": 128, "V": 128}, "kind": "smem_bytes", "estimate": 196608, "compiled": 253952,
+             "kernel": "chunk_gla_fwd_o_gk_kernel"}
+    report = {"op": GLA.op, "chip": "h200", "target": "sm_90a, Triton 3.6.0", "sample": 1, "seed": 0,
+              "choices": False, "cases": 1, "points": [point], "underestimates": [point], "failed": []}
+    text = check_text(report)
+    assert "1 points checked, 1 underestimated" in text
+    assert ("sample fold_h1_chunks4:BK=128,num_stages=3 at K=128 V=128: estimate 196608, compiled 253952 (kernel)"
+            in text)
+    assert "fold_h1_chunks4                       1     1             max 1.29" in text
