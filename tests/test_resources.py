@@ -16,7 +16,7 @@ from opgen.errors import UsageError
 from opgen.hardware import profile
 from opgen.kernels import kernel_hashes
 from opgen.records import record_path
-from opgen.resources import (Entry, check_text, compile_jobs, compile_python, occupancy, resources,
+from opgen.resources import (Entry, check_text, compile_jobs, compile_python, cuda_resources, occupancy, resources,
                              table_entries)
 from opgen.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec import load_spec
@@ -136,3 +136,41 @@ def test_an_underestimate_is_named_with_its_point_and_both_figures():
     assert ("sample fold_h1_chunks4:BK=128,num_stages=3 at K=128 V=128: estimate 196608, compiled 253952 (kernel)"
             in text)
     assert "fold_h1_chunks4                       1     1             max 1.29" in text
+
+
+def _variant_subset(entries):
+    """One choice a distinct variant: the first (table order) whose winner record holds device
+    figures, else the first."""
+    picked = {}
+    for e in entries:
+        if e.role == "choice" and (e.variant not in picked or (picked[e.variant].record is None and e.record)):
+            picked[e.variant] = e
+    return list(picked.values())
+
+
+@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"])
+def test_frozen_choices_compile_for_sm90(op, tmp_path):
+    """The H200 table's choices compiled for sm_90a on this host, a deterministic subset: each
+    distinct variant of the table's choices once, at the first choice (in the table's key order)
+    whose winner record holds the device's figures, else its first choice (chunk_gla_fwd_o_gk:
+    8 variants, 8 kernels; mamba3_mimo_bwd_fwd: split and splitscan, 9 kernels). Every figure
+    parses; GLA's kernels spill nothing; where the record holds the device's shared memory and
+    registers, the compiled ones are those."""
+    spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
+    table = frozen_rows(spec, H200, record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))
+    subset = _variant_subset(table_entries(spec, H200, table))
+    assert len(subset) == len({r.variant for r in table.rows}) > 1
+    report = cuda_resources(ROOT, spec, H200, subset, workers=1, cache=tmp_path)
+    assert report["target"].startswith("sm_90a") and report["summary"]["failed"] == 0
+    for entry in report["entries"]:
+        assert entry["kernels"], entry
+        for k in entry["kernels"]:
+            for name in ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "ctas"):
+                assert isinstance(k[name], int) and k[name] >= 0, (entry["variant"], k)
+            assert 0 < k["regs"] <= 255 and k["num_warps"] == entry["config"]["num_warps"] and k["ctas"] >= 1
+            if op == "chunk_gla_fwd_o_gk":
+                assert k["spill_stores"] == k["spill_loads"] == 0, (entry["variant"], entry["config"], k)
+        record = entry.get("record")
+        if record and record.get("reported") is not None:
+            assert max(k["smem"] for k in entry["kernels"]) == record["reported"]
+            assert max(k["regs"] for k in entry["kernels"]) == record["regs"]
