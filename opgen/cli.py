@@ -458,7 +458,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     root = _root(args)
     spec = _op_spec(root, args.op)
-    result = explain.explain(root, spec, profile(args.chip), explain.parse_values(spec, args.values))
+    chip = profile(args.chip)
+    result = explain.explain(root, spec, chip, explain.parse_values(spec, args.values))
+    if args.compile:
+        from .resources import compiled_call
+
+        result = compiled_call(root, result, spec, chip, python=args.python)
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else explain.text(result))
     return 0
 
@@ -632,6 +637,11 @@ def main(argv: list[str] | None = None) -> int:
     explain_p.add_argument("values", nargs="+", metavar="NAME=VALUE",
                            help="dims, scalars, dtype, <tensor>_given of the call (e.g. B=2 T=1024 dtype=bfloat16)")
     explain_p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    explain_p.add_argument("--compile", action="store_true",
+                           help="also compile the kernels it runs at this shape for the chip, on this host (as "
+                                "opgen resources: registers, spills, shared memory, occupancy; the Ascend front "
+                                "end's verdict on an NPU chip)")
+    explain_p.add_argument("--python", help="with --compile: a Python whose Triton has the NVIDIA backend")
     explain_p.set_defaults(func=_cmd_explain)
     resources_p = sub.add_parser(
         "resources", help="what the compiler says of the kernels the frozen table launches, no device",

@@ -389,6 +389,21 @@ def text(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compiled_call(root: Path, result: dict[str, Any], spec: OpSpec, chip: ChipProfile, workers: int = 1,
+                  python: str | None = None, cache: Path | None = None) -> dict[str, Any]:
+    """An ``opgen explain`` answer with, under ``compiled``, what the compiler says of the kernels
+    it runs at the call's own shape (the figures of :func:`cuda_resources`, from the cache where
+    they are; an Ascend chip: the front end's verdicts); a refused call as it is."""
+    if "refused" in result or chip.backend == "interpreter":
+        return result
+    entry = Entry("case", result["variant"], tuple(result["config"].items()), tuple(result["call"].items()))
+    found = (npu_resources(root, spec, chip, [entry]) if chip.backend == "npu"
+             else cuda_resources(root, spec, chip, [entry], workers, python, cache))
+    (item,) = found["entries"]
+    return {**result, "compiled": {"target": found["target"],
+                                   **{k: item[k] for k in ("kernels", "error") if k in item}}}
+
+
 # --- the budget model against the compiler ------------------------------------------------------
 def sample_entries(spec: OpSpec, chip: ChipProfile, rows: list[Mapping[str, Any]], sample: int, seed: int,
                    variants: Iterable[str] | None = None) -> list[Entry]:

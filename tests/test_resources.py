@@ -5,6 +5,7 @@ The compile tests need a Python whose Triton has the NVIDIA backend: ``.venv-des
 ``.ci/run`` makes with ``scripts/descriptor_interpreter.sh`` (or the one ``$OPGEN_CUDA_PYTHON``
 names); without it they fail, saying how to make it.
 """
+import functools
 import json
 from pathlib import Path
 
@@ -13,10 +14,12 @@ import pytest
 from opgen.cli import main
 from opgen.cuda_compile import ptxas_figures
 from opgen.errors import UsageError
+from opgen.explain import explain
+from opgen.explain import text as explain_text
 from opgen.hardware import profile
 from opgen.kernels import kernel_hashes
 from opgen.records import record_path
-from opgen.resources import (Entry, check_text, compile_jobs, compile_python, cuda_resources, occupancy, resources,
+from opgen.resources import (check_text, compiled_call, cuda_resources, occupancy, resources,
                              table_entries)
 from opgen.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec import load_spec
@@ -25,6 +28,17 @@ from opgen.table import frozen_rows
 ROOT = Path(__file__).resolve().parents[1]
 GLA = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
 H200 = profile("h200")
+
+def _spec(op):
+    return GLA if op == GLA.op else load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
+
+
+@functools.lru_cache(maxsize=None)
+def _table(op):
+    """The H200 table of ``op`` frozen from the records (once a test process)."""
+    spec = _spec(op)
+    return frozen_rows(spec, H200, record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))
+
 
 LOG = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'helper_kernel' for 'sm_90a'
@@ -57,7 +71,7 @@ def test_occupancy_takes_the_least_limit():
 
 
 def test_table_entries_are_the_choices_at_their_cases_and_the_defaults_there():
-    table = frozen_rows(GLA, H200, record_path(ROOT, "h200", GLA.op), kernel_hashes(ROOT, GLA, "cuda"))
+    table = _table(GLA.op)
     entries = table_entries(GLA, H200, table)
     choices = [e for e in entries if e.role == "choice"]
     defaults = [e for e in entries if e.role == "default"]
@@ -102,9 +116,20 @@ def test_compiles_for_sm90_on_this_host_and_caches_the_figures(tmp_path, capsys)
     assert kernel["regs"] > 0 and kernel["num_warps"] == entry["config"]["num_warps"]
     assert report["summary"]["kernels"] == 1 and report["target"].startswith("sm_90a")
     assert len(list(tmp_path.glob("*/*.json"))) == 1
-    job = Entry("case", entry["variant"], tuple(entry["config"].items()), tuple(entry["case"].items())).job(GLA, H200)
-    again = compile_jobs(ROOT, [job], 90, tmp_path, 1, compile_python(ROOT))["results"]
-    assert again == [{"kernels": [{**{k: v for k, v in kernel.items() if k not in ("ctas", "limits")}, "cached": True}]}]
+    # opgen explain --compile on that case: the same kernel, its figures read back from the cache
+    call = explain(ROOT, GLA, H200, entry["case"], _table(GLA.op))
+    assert (call["variant"], call["config"]) == (entry["variant"], entry["config"])
+    again = compiled_call(ROOT, call, GLA, H200, cache=tmp_path)
+    assert again["compiled"]["kernels"] == [{**kernel, "cached": True}]
+    assert f"kernel: {kernel['regs']} registers, spills {kernel['spill_stores']} B stored" in explain_text(again)
+
+
+def test_explain_compile_on_an_ascend_chip_gives_the_front_end():
+    out = compiled_call(ROOT, explain(ROOT, GLA, profile("ascend910b3"),
+                                      dict(B=1, T=40, H=2, K=32, V=32, chunk_size=32, dtype="float16")),
+                        GLA, profile("ascend910b3"))
+    assert [k["accepted"] for k in out["compiled"]["kernels"]] == [True]
+    assert "kernel: front end accepted; the UB figure needs an NPU" in explain_text(out)
 
 
 def test_check_budget_compares_the_formula_with_the_compiled_shared_memory(tmp_path, capsys):
@@ -156,8 +181,8 @@ def test_frozen_choices_compile_for_sm90(op, tmp_path):
     8 variants, 8 kernels; mamba3_mimo_bwd_fwd: split and splitscan, 9 kernels). Every figure
     parses; GLA's kernels spill nothing; where the record holds the device's shared memory and
     registers, the compiled ones are those."""
-    spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
-    table = frozen_rows(spec, H200, record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))
+    spec = _spec(op)
+    table = _table(op)
     subset = _variant_subset(table_entries(spec, H200, table))
     assert len(subset) == len({r.variant for r in table.rows}) > 1
     report = cuda_resources(ROOT, spec, H200, subset, workers=1, cache=tmp_path)
