@@ -645,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     explain_p.set_defaults(func=_cmd_explain)
     resources_p = sub.add_parser(
         "resources", help="what the compiler says of the kernels the frozen table launches, no device",
-        description="Every kernel the frozen table of CHIP launches (each distinct choice at its winner's case, "
+        description="Every kernel the frozen table of CHIP launches (each distinct choice at the case it was measured on, "
                     "and the spec's default at those shapes; or, with --cases, what the table runs on each "
                     "case), compiled for the chip on this host without launching it. NVIDIA: registers per "
                     "thread, spill stores and loads, stack, shared memory, warps, and the blocks per "
