@@ -6,7 +6,8 @@ Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is st
 ``--trials 0 --measure-fill`` what the measure step would compile and time),
 ``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
 records hold), ``explain`` (what the frozen table runs for one call's shape, and why; exit 1
-where the op refuses the call), ``report``
+where the op refuses the call), ``resources`` (what the compiler says of the kernels the frozen
+table launches: registers, spills, shared memory, occupancy; no device), ``report``
 (a markdown page with plots of an op on a chip, from the committed files), ``schema``
 (the JSON Schema of the spec format) and
 ``replay`` (the search replayed on a recorded exhaustive sweep).
@@ -449,9 +450,36 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     root = _root(args)
     spec = _op_spec(root, args.op)
-    result = explain.explain(root, spec, profile(args.chip), explain.parse_values(spec, args.values))
+    chip = profile(args.chip)
+    result = explain.explain(root, spec, chip, explain.parse_values(spec, args.values))
+    if args.compile:
+        from .resources import compiled_call
+
+        result = compiled_call(root, result, spec, chip, python=args.python)
     print(json.dumps(result, indent=1, sort_keys=True) if args.json else explain.text(result))
     return 1 if "refused" in result else 0  # the op refuses the call: no kernel runs it
+
+
+def _cmd_resources(args: argparse.Namespace) -> int:
+    from .hardware import profile
+    from .resources import resources, text
+
+    root = _root(args)
+    spec = _op_spec(root, args.op)
+    if args.check_budget:
+        from .resources import check_budget, check_text
+
+        cases = args.cases or ("bench" if "bench" in spec.cases else next(iter(spec.cases)))
+        found = check_budget(root, spec, profile(args.chip), spec.expand_cases(cases), args.sample, args.seed,
+                             args.variants.split(",") if args.variants else None, not args.no_choices, args.jobs,
+                             args.python, Path(args.cache) if args.cache else None, args.compile_timeout or None)
+        print(json.dumps(found, indent=1, sort_keys=True) if args.json else check_text(found))
+        return 1 if found["underestimates"] else 0
+    rows = spec.expand_cases(args.cases) if args.cases else None
+    report = resources(root, spec, profile(args.chip), rows, args.jobs, args.python,
+                       Path(args.cache) if args.cache else None, args.compile_timeout or None)
+    print(json.dumps(report, indent=1, sort_keys=True) if args.json else text(report))
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -499,7 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
     commands = {"build": _cmd_build, "cases": _cmd_cases, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
-                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report}
+                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report,
+                "resources": _cmd_resources}
     cases_p = sub.add_parser("cases", help="draw the case sets of an op's sampling section into its file")
     cases_p.add_argument("op", help="operator (specs/<op>.yaml)")
     cases_p.add_argument("--sample", type=options.integer(1, MAX_CASES, "cases one draw may check"), help="cases to draw (default: the section's count)")
@@ -600,7 +629,44 @@ def main(argv: list[str] | None = None) -> int:
     explain_p.add_argument("values", nargs="+", metavar="NAME=VALUE",
                            help="dims, scalars, dtype, <tensor>_given of the call (e.g. B=2 T=1024 dtype=bfloat16)")
     explain_p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    explain_p.add_argument("--compile", action="store_true",
+                           help="also compile the kernels it runs at this shape for the chip, on this host (as "
+                                "opgen resources: registers, spills, shared memory, occupancy; the Ascend front "
+                                "end's verdict on an NPU chip)")
+    explain_p.add_argument("--python", help="with --compile: a Python whose Triton has the NVIDIA backend")
     explain_p.set_defaults(func=_cmd_explain)
+    resources_p = sub.add_parser(
+        "resources", help="what the compiler says of the kernels the frozen table launches, no device",
+        description="Every kernel the frozen table of CHIP launches (each distinct choice at the case it was measured on, "
+                    "and the spec's default at those shapes; or, with --cases, what the table runs on each "
+                    "case), compiled for the chip on this host without launching it. NVIDIA: registers per "
+                    "thread, spill stores and loads, stack, shared memory, warps, and the blocks per "
+                    "multiprocessor they allow; cached by Triton's compile key under .cache/opgen-resources. "
+                    "The compile needs upstream Triton's NVIDIA backend: where this Python's Triton lacks it "
+                    "(triton-ascend), it runs in a subprocess of --python, $OPGEN_CUDA_PYTHON, or the "
+                    ".venv-descriptors that scripts/descriptor_interpreter.sh makes (in the project, or beside "
+                    "this Python's venv). Ascend: the front end's verdict (TTIR -> Linalg) beside the spec's "
+                    "UB estimate; the compiler's UB figure needs an NPU.")
+    resources_p.add_argument("op")
+    resources_p.add_argument("--chip", required=True)
+    resources_p.add_argument("--cases", help="what the table runs on each case of this case set, instead of its choices")
+    resources_p.add_argument("--json", action="store_true", help="print the answer as JSON")
+    resources_p.add_argument("--jobs", type=int, help="processes compiling the kernels not cached (default: the CPUs)")
+    resources_p.add_argument("--python", help="a Python whose Triton has the NVIDIA backend, for the compile step")
+    resources_p.add_argument("--cache", help="folder of the cached figures (default: .cache/opgen-resources)")
+    resources_p.add_argument("--compile-timeout", type=float, default=600.0,
+                             help="seconds a kernel may take to compile before it is reported as not compiled "
+                                  "(0: no limit)")
+    resources_p.add_argument("--check-budget", action="store_true",
+                             help="the spec's budget formula against the compiled shared memory, on the table's "
+                                  "choices and --sample points a variant drawn from its space at the cases of "
+                                  "--cases (default: bench, or the spec's first case set); exit 1 on an "
+                                  "underestimate")
+    resources_p.add_argument("--sample", type=int, default=2, help="with --check-budget: points drawn a variant")
+    resources_p.add_argument("--seed", type=int, default=0, help="with --check-budget: seed of the draw")
+    resources_p.add_argument("--variants", help="with --check-budget: only these variants (comma-separated)")
+    resources_p.add_argument("--no-choices", action="store_true", help="with --check-budget: the drawn points alone")
+    resources_p.set_defaults(func=_cmd_resources)
     report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
     report_p.add_argument("op")
     report_p.add_argument("--chip", required=True)

@@ -3,7 +3,8 @@ table promises for it: the dispatch key and the shapes its bucket stands for, th
 config, whether the row was tuned there (its measured median, date and cross-check), filled with
 the tuned point measured fastest there or from another tuned or measured bucket, or the spec's
 default; the on-chip estimate against the chip's budget and the compiler's figure where a record
-holds one. From the spec and the records alone, no device.
+holds one. From the spec and the records alone, no device (``--compile`` adds the compiler's
+figures at the call's shape, ``opgen.resources.compiled_call``).
 Uses ``spec``, ``space``, ``keys``, ``table``, ``kernels``, ``records``.
 """
 from __future__ import annotations
@@ -236,5 +237,28 @@ def text(result: Mapping[str, Any]) -> str:
         worst = max(b["estimate"].values())
         parts = ", ".join(f"{k or 'kernel'} {v}" for k, v in b["estimate"].items())
         lines.append(f"  budget  {b['kind']} estimate {parts}: {worst / b['limit']:.0%} of {b['limit']}")
+    if "compiled" in result:
+        lines += _compiled_lines(result)
     return "\n".join(lines)
+
+
+def _compiled_lines(result: Mapping[str, Any]) -> list[str]:
+    """What ``opgen explain --compile`` adds: each kernel's figures at the call's shape."""
+    compiled = result["compiled"]
+    lines = [f"  compiled for {compiled['target']} at this shape:"]
+    if "error" in compiled:
+        lines.append(f"    error: {compiled['error'][:300]}")
+    for k in compiled.get("kernels", ()):
+        name = k["name"].removeprefix(f"{result['op']}_")
+        if "error" in k:
+            lines.append(f"    {name}: error: {k['error'][:300]}")
+        elif "accepted" in k:
+            verdict = "accepted" if k["accepted"] else f"refused ({k['stage']}): {k['message'][:300]}"
+            lines.append(f"    {name}: front end {verdict}; the UB figure needs an NPU")
+        else:
+            by = ", ".join(n for n, v in k["limits"].items() if v == k["ctas"])
+            lines.append(f"    {name}: {k['regs']} registers, spills {k['spill_stores']} B stored "
+                         f"{k['spill_loads']} B loaded, stack {k['stack']} B, smem {k['smem']} B, "
+                         f"{k['num_warps']} warps: {k['ctas']} CTAs/SM ({by})")
+    return lines
 

@@ -34,6 +34,10 @@ class ChipProfile:
         cube_cores, vector_cores: AI-core counts (Ascend); a dot kernel launches cube_cores.
         smem_bytes: shared memory a block may use (NVIDIA).
         sm_count: streaming multiprocessors (NVIDIA).
+        compute_capability: the target a kernel is compiled for (NVIDIA; 90: sm_90a).
+        sm_smem_bytes, sm_registers, sm_threads, sm_ctas: what one multiprocessor holds at once
+            (NVIDIA): shared memory, 32-bit registers, threads and blocks; with a kernel's
+            registers, shared memory and warps they bound its blocks per multiprocessor.
         programs: persistent-grid programs for the interpreter.
         source: where the figures come from.
     """
@@ -50,6 +54,11 @@ class ChipProfile:
     vector_cores: int | None = None
     smem_bytes: int | None = None
     sm_count: int | None = None
+    compute_capability: int | None = None
+    sm_smem_bytes: int | None = None
+    sm_registers: int | None = None
+    sm_threads: int | None = None
+    sm_ctas: int | None = None
     programs: int | None = None
     source: str = ""
 
@@ -77,7 +86,10 @@ class ChipProfile:
 _A2 = dict(  # Atlas A2: CANN platform_config Ascend910B*.ini (ub_size=196608, l1 524288, l0a/b 65536, l0c 131072)
     ub_bytes=192 * KiB, l1_bytes=512 * KiB, l0a_bytes=64 * KiB, l0b_bytes=64 * KiB, l0c_bytes=128 * KiB,
 )
-_HOPPER = dict(smem_bytes=227 * KiB, sm_count=132)  # CUDA guide, cc 9.0: 227 KB per block; SXM parts: 132 SMs
+# CUDA guide, cc 9.0: 227 KB of shared memory per block, 228 KB per SM, 64 K registers, 2048
+# threads and 32 blocks per SM; SXM parts: 132 SMs
+_HOPPER = dict(smem_bytes=227 * KiB, sm_count=132, compute_capability=90, sm_smem_bytes=228 * KiB,
+               sm_registers=64 * KiB, sm_threads=2048, sm_ctas=32)
 
 PROFILES: dict[str, ChipProfile] = {p.name: p for p in (
     ChipProfile("ascend910b1", "npu", ("Ascend910B1",), cube_cores=24, vector_cores=48, **_A2,

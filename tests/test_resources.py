@@ -1,0 +1,201 @@
+"""``opgen resources``: the kernels a frozen table launches, compiled for the chip on this host (no
+device): which kernels, ptxas's figures, the occupancy they allow, the cache, the Ascend front end.
+
+The compile tests need a Python whose Triton has the NVIDIA backend: ``.venv-descriptors``, which
+``.ci/run`` makes with ``scripts/descriptor_interpreter.sh`` (or the one ``$OPGEN_CUDA_PYTHON``
+names); without it they fail, saying how to make it.
+"""
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from opgen.cli import main
+from opgen.cuda_compile import ptxas_figures
+from opgen.errors import UsageError
+from opgen.explain import explain
+from opgen.explain import text as explain_text
+from opgen.hardware import profile
+from opgen.kernels import kernel_hashes
+from opgen.records import record_path
+from opgen.resources import (check_text, compiled_call, cuda_resources, occupancy, resources,
+                             table_entries)
+from opgen.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
+from opgen.spec import load_spec
+from opgen.table import frozen_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+GLA = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+H200 = profile("h200")
+
+def _spec(op):
+    return GLA if op == GLA.op else load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
+
+
+@functools.lru_cache(maxsize=None)
+def _table(op):
+    """The H200 table of ``op`` frozen from the records (once a test process)."""
+    spec = _spec(op)
+    return frozen_rows(spec, H200, record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))
+
+
+LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'helper_kernel' for 'sm_90a'
+ptxas info    : Function properties for helper_kernel
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers
+ptxas info    : Compiling entry function 'op_chunk_kernel' for 'sm_90a'
+ptxas info    : Function properties for op_chunk_kernel
+    256 bytes stack frame, 354 bytes spill stores, 348 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 384 bytes cmem[0]
+ptxas info    : Compile time = 812.000 ms
+"""
+
+
+def test_ptxas_figures_are_the_named_entry_functions():
+    assert ptxas_figures(LOG, "op_chunk_kernel") == dict(regs=128, stack=256, spill_stores=354, spill_loads=348)
+    assert ptxas_figures(LOG, "helper_kernel") == dict(regs=40, stack=0, spill_stores=0, spill_loads=0)
+    assert ptxas_figures(LOG, "other_kernel") is None
+    assert ptxas_figures(LOG.replace("Used 128 registers", "Used registers"), "op_chunk_kernel") is None
+
+
+def test_occupancy_takes_the_least_limit():
+    # 128 registers x 32 threads = 4096 a warp: 16 warps, 4 blocks of 4 warps; 48 KiB + 1 KiB a block: 4
+    assert occupancy(H200, 128, 49152, 4) == (4, {"regs": 4, "smem": 4, "threads": 16, "ctas": 32})
+    # 65 registers round up to 72 a thread (2304 a warp): 28 warps, 7 blocks of 4
+    assert occupancy(H200, 65, 0, 4)[1]["regs"] == 7
+    assert occupancy(H200, 32, 0, 1) == (32, {"regs": 64, "smem": 228, "threads": 64, "ctas": 32})
+    assert occupancy(H200, 64, 227 * 1024 + 1, 4)[0] == 0  # over a block's shared memory: never launches
+    assert occupancy(H200, 255, 0, 8)[0] == 1
+
+
+def test_table_entries_are_the_choices_at_their_cases_and_the_defaults_there():
+    table = _table(GLA.op)
+    entries = table_entries(GLA, H200, table)
+    choices = [e for e in entries if e.role == "choice"]
+    defaults = [e for e in entries if e.role == "default"]
+    assert sum(e.rows for e in choices) == sum(e.rows for e in defaults) == len(table.rows)
+    assert len({e.same for e in choices}) == len(choices) and len({e.same for e in defaults}) == len(defaults)
+    assert {e.case for e in defaults} == {e.case for e in choices}
+    for e in choices:  # legal at its case, the tunables its variant fixes taken there
+        params = evaluate_params(GLA, case_inputs(GLA, dict(e.case)))
+        variant = find_variant(GLA, e.variant)
+        assert is_legal(GLA, variant, params)
+        assert fixed_values(GLA, variant, params).items() <= dict(e.config).items()
+    tuned = [r for r in table.rows if r.source is None]
+    assert sum(e.record is not None for e in choices) == len(tuned)
+
+
+def test_a_table_without_rows_asks_for_a_case_set():
+    with pytest.raises(UsageError, match="--cases"):
+        resources(ROOT, GLA, profile("h100"))
+
+
+def test_ascend_chip_gets_the_front_end_and_the_estimate():
+    case = dict(B=1, T=40, H=2, K=32, V=32, chunk_size=32, dtype="float16")
+    report = resources(ROOT, GLA, profile("ascend910b3"), [case])
+    (entry,) = report["entries"]
+    assert entry["case"] == case and entry["kernels"] and all(k["accepted"] for k in entry["kernels"])
+    assert entry["budget"]["kind"] == "ub_bytes" and entry["budget"]["reported"] is None
+    assert "needs an NPU" in report["note"]
+
+
+def test_compiles_for_sm90_on_this_host_and_caches_the_figures(tmp_path, capsys):
+    """One bench case's kernel compiled for the H200 in the compile Python, then read back from
+    the cache; ptxas's figures and the occupancy they allow are ints."""
+    argv = ["--root", str(ROOT), "resources", GLA.op, "--chip", "h200", "--cases", "sweep", "--json",
+            "--jobs", "1", "--cache", str(tmp_path)]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    (entry,) = report["entries"]
+    (kernel,) = entry["kernels"]
+    assert kernel["cached"] is False and kernel["name"] == "chunk_gla_fwd_o_gk_kernel"
+    for name in ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "ctas"):
+        assert isinstance(kernel[name], int) and kernel[name] >= 0, (name, kernel)
+    assert kernel["regs"] > 0 and kernel["num_warps"] == entry["config"]["num_warps"]
+    assert report["summary"]["kernels"] == 1 and report["target"].startswith("sm_90a")
+    assert len(list(tmp_path.glob("*/*.json"))) == 1
+    # opgen explain --compile on that case: the same kernel, its figures read back from the cache
+    call = explain(ROOT, GLA, H200, entry["case"], _table(GLA.op))
+    assert (call["variant"], call["config"]) == (entry["variant"], entry["config"])
+    again = compiled_call(ROOT, call, GLA, H200, cache=tmp_path)
+    assert again["compiled"]["kernels"] == [{**kernel, "cached": True}]
+    assert f"kernel: {kernel['regs']} registers, spills {kernel['spill_stores']} B stored" in explain_text(again)
+
+
+def test_explain_compile_on_an_ascend_chip_gives_the_front_end():
+    out = compiled_call(ROOT, explain(ROOT, GLA, profile("ascend910b3"),
+                                      dict(B=1, T=40, H=2, K=32, V=32, chunk_size=32, dtype="float16")),
+                        GLA, profile("ascend910b3"))
+    assert [k["accepted"] for k in out["compiled"]["kernels"]] == [True]
+    assert "kernel: front end accepted; the UB figure needs an NPU" in explain_text(out)
+
+
+def test_check_budget_compares_the_formula_with_the_compiled_shared_memory(tmp_path, capsys):
+    """``--check-budget`` on a small sample: one point of post_single_persistent drawn (seed 0) at
+    the bench cases, the table's choices left out; the exit status says whether it was underestimated."""
+    argv = ["--root", str(ROOT), "resources", GLA.op, "--chip", "h200", "--check-budget", "--sample", "1",
+            "--variants", "post_single_persistent", "--no-choices", "--json", "--jobs", "1", "--cache", str(tmp_path)]
+    code = main(argv)
+    found = json.loads(capsys.readouterr().out)
+    (point,) = found["points"]
+    assert point["role"] == "sample" and point["variant"] == "post_single_persistent"
+    params = evaluate_params(GLA, case_inputs(GLA, point["case"]))
+    variant = find_variant(GLA, point["variant"])
+    assert point["case"] in GLA.expand_cases("bench")
+    assert point["estimate"] == budget_bytes(GLA, variant, point["config"], params, H200)[1]
+    assert isinstance(point["compiled"], int) and point["compiled"] > 0
+    assert found["underestimates"] == [p for p in found["points"] if p["compiled"] > p["estimate"]]
+    assert code == (1 if found["underestimates"] else 0) and not found["failed"]
+
+
+def test_an_underestimate_is_named_with_its_point_and_both_figures():
+    point = {"role": "sample", "variant": "fold_h1_chunks4", "config": {"BK": 128, "num_stages": 3},
+             "case": {"K": 128, "V": 128}, "kind": "smem_bytes", "estimate": 196608, "compiled": 253952,
+             "kernel": "chunk_gla_fwd_o_gk_kernel"}
+    report = {"op": GLA.op, "chip": "h200", "target": "sm_90a, Triton 3.6.0", "sample": 1, "seed": 0,
+              "choices": False, "cases": 1, "points": [point], "underestimates": [point], "failed": []}
+    text = check_text(report)
+    assert "1 points checked, 1 underestimated" in text
+    assert ("sample fold_h1_chunks4:BK=128,num_stages=3 at K=128 V=128: estimate 196608, compiled 253952 (kernel)"
+            in text)
+    assert "fold_h1_chunks4                       1     1             max 1.29" in text
+
+
+def _variant_subset(entries):
+    """One choice a distinct variant: the first (table order) whose winner record holds device
+    figures, else the first."""
+    picked = {}
+    for e in entries:
+        if e.role == "choice" and (e.variant not in picked or (picked[e.variant].record is None and e.record)):
+            picked[e.variant] = e
+    return list(picked.values())
+
+
+@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"])
+def test_frozen_choices_compile_for_sm90(op, tmp_path):
+    """The H200 table's choices compiled for sm_90a on this host, a deterministic subset: each
+    distinct variant of the table's choices once, at the first choice (in the table's key order)
+    whose winner record holds the device's figures, else its first choice (chunk_gla_fwd_o_gk:
+    8 variants, 8 kernels; mamba3_mimo_bwd_fwd: split and splitscan, 9 kernels). Every figure
+    parses; GLA's kernels spill nothing; where the record holds the device's shared memory and
+    registers, the compiled ones are those."""
+    spec = _spec(op)
+    table = _table(op)
+    subset = _variant_subset(table_entries(spec, H200, table))
+    assert len(subset) == len({r.variant for r in table.rows}) > 1
+    report = cuda_resources(ROOT, spec, H200, subset, workers=1, cache=tmp_path)
+    assert report["target"].startswith("sm_90a") and report["summary"]["failed"] == 0
+    for entry in report["entries"]:
+        assert entry["kernels"], entry
+        for k in entry["kernels"]:
+            for name in ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "ctas"):
+                assert isinstance(k[name], int) and k[name] >= 0, (entry["variant"], k)
+            assert 0 < k["regs"] <= 255 and k["num_warps"] == entry["config"]["num_warps"] and k["ctas"] >= 1
+            if op == "chunk_gla_fwd_o_gk":
+                assert k["spill_stores"] == k["spill_loads"] == 0, (entry["variant"], entry["config"], k)
+        record = entry.get("record")
+        if record and record.get("reported") is not None:
+            assert max(k["smem"] for k in entry["kernels"]) == record["reported"]
+            assert max(k["regs"] for k in entry["kernels"]) == record["regs"]
