@@ -427,8 +427,17 @@ def _cmd_records(args: argparse.Namespace) -> int:
     path = Path(args.records) if args.records else record_path(root, chip.name, spec.op)
     if args.pull:
         _pull(args.pull, path, spec.op, chip.name)
-    print(report(spec, chip, path, kernel_hashes(root, spec, chip.rendering)))
-    return 0
+    hashes = kernel_hashes(root, spec, chip.rendering)
+    print(report(spec, chip, path, hashes))
+    if not path.exists():
+        return 0
+    from .fill_rank import fill_gate, gate_report
+    from .table import frozen_rows
+
+    table = frozen_rows(spec, chip, path, hashes)
+    gate = fill_gate(spec, chip, path, hashes, [r.key for r in table.rows if r.source is not None and r.measured is None])
+    print("\n".join(gate_report(spec, gate, spec.op, chip.name)))
+    return 1 if gate.losses else 0  # the rule loses more than its margin somewhere: measure there
 
 
 def _pull(url: str, path: Path, op: str, chip: str) -> None:

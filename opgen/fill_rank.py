@@ -50,7 +50,7 @@ from .space import (carried, carried_clamped, clamped as clamp_to, constraint_fa
                     point_id)
 from .spec import OpSpec
 
-__all__ = ["RankParams", "Candidate", "Bucket", "Evidence", "Choice", "LooRow", "LooSummary", "DEFAULT",
+__all__ = ["FillGate", "fill_gate", "gate_report", "RankParams", "Candidate", "Bucket", "Evidence", "Choice", "LooRow", "LooSummary", "DEFAULT",
            "candidates", "gather", "distance", "rank_fill", "target_case", "fill_ranked", "leave_one_out",
            "summarize", "loo_report", "tuned_shares", "main"]
 
@@ -608,6 +608,63 @@ def leave_one_out(spec: OpSpec, chip: ChipProfile, records_path: Path, kernel_ha
         ratio, how = _score(spec, chip, bucket, variant, point)
         rows.append(LooRow(key, bucket.kind, source, variant, point, ratio, how))
     return rows
+
+
+class FillGate(NamedTuple):
+    """The spec's fill rule scored on the records (:func:`leave_one_out`), as a table ships it:
+    the figures per kind of bucket, and each bucket the rule would serve more than :data:`LOSS`
+    slower than the fastest point timed there, with the untuned buckets around it that the rule
+    fills (one bucket step away, the same plain fields: the buckets to measure)."""
+
+    rule: str
+    summaries: dict[str, LooSummary]
+    losses: tuple[tuple[LooRow, tuple[Key, ...]], ...]
+
+    @property
+    def worst(self) -> LooRow | None:
+        return min((row for row, _ in self.losses), key=lambda r: (r.ratio, sort_key(r.key)), default=None)
+
+    def line(self) -> str:
+        """One paragraph for the table's docstring."""
+        parts = [f"{kind} buckets: {s.line()}" for kind, s in self.summaries.items() if s.scored or s.unscored]
+        text = (f"Fill rule: {self.rule}. Each bucket the records timed, filled from the others "
+                f"(leave-one-out), against the fastest point timed there: " + ("; ".join(parts) or "none") + ".")
+        if self.losses:
+            text += (f" FLAGGED: {len(self.losses)} over the {LOSS - 1:.0%} margin, worst "
+                     f"{self.worst.ratio:.3f} at {self.worst.key!r} (`opgen records` names the buckets to measure).")
+        return text
+
+
+def fill_gate(spec: OpSpec, chip: ChipProfile, records_path: Path, kernel_hashes: Mapping[str, str],
+              filled: Iterable[Key] = ()) -> FillGate:
+    """The spec's ``dispatch.fill_rule`` scored by :func:`leave_one_out` on every measured and
+    tuned bucket; for each one it loses, the keys of ``filled`` (the table's rule-filled buckets)
+    one bucket step from it with its plain fields, to measure."""
+    rule = spec.dispatch.fill_rule
+    rows = leave_one_out(spec, chip, records_path, kernel_hashes, rule="rank" if rule == "ranked" else "nearest")
+    filled = list(filled)
+    steps = _steps(spec, RankParams(plain_cost=None, cross_cost=None))
+    losses = []
+    for row in rows:
+        if row.ratio is not None and row.ratio < 1 / LOSS:
+            around = tuple(sorted((k for k in filled if _distance(steps, row.key, k) == 1), key=sort_key))
+            losses.append((row, around))
+    summaries = {kind: summarize(r for r in rows if r.kind == kind) for kind in ("measured", "tuned")}
+    return FillGate(rule, summaries, tuple(losses))
+
+
+def gate_report(spec: OpSpec, gate: FillGate, op: str, chip: str) -> list[str]:
+    """Lines for ``opgen records``: the rule's figures, then each bucket it loses as an error,
+    with the buckets around it to measure."""
+    lines = [gate.line()]
+    for row, around in gate.losses:
+        lines.append(f"ERROR: {key_text(spec, row.key)} ({row.kind}): the {gate.rule} fill's point runs at "
+                     f"{row.ratio:.3f} of the fastest timed there ({row.source})")
+        if around:
+            lines.append(f"  measure the {len(around)} filled buckets around it (`opgen tune {op} --chip {chip} "
+                         f"--cases SET --trials 0 --measure-fill` on cases there): "
+                         + "; ".join(key_text(spec, k) for k in around[:6]) + (" ..." if len(around) > 6 else ""))
+    return lines
 
 
 def loo_report(spec: OpSpec, results: Mapping[str, Sequence[LooRow]]) -> str:

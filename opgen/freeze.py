@@ -22,6 +22,7 @@ from .keys import bucket_index
 from .hardware import PROFILES, ChipProfile, rendering_of
 from .render import content_hash, file_hash, header, render
 from .space import budget_formula, variants_for
+from .fill_rank import fill_gate
 from .table import frozen_rows
 from .table_layout import WIDTH, layout, wrap_comment
 from .spec import KeyField, OpSpec, load_specs
@@ -211,14 +212,18 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     tuned = len(shown["tuned"])
     how = (f": {table.measured} with the tuned point measured fastest there, the others"
            if table.measured else "")
+    ranked = spec.dispatch.fill_rule == "ranked"
     kept = ""
-    if table.kept:
+    if table.kept or (ranked and table.defaulted):
         kept = f"{len(table.kept)} more left to the spec's default, measured fastest there"
         if table.defaulted:
-            kept += f" (and {table.defaulted} unmeasured ones nearer to such a bucket than to any row)"
+            kept += (f" (and {table.defaulted} unmeasured ones where the ranked rule found it best, or no candidate "
+                     "timed in their own dtype and flags serves them)" if ranked else
+                     f" (and {table.defaulted} unmeasured ones nearer to such a bucket than to any row)")
         kept += ", "
+    rule = "by the ranked rule" if ranked else "from the nearest tuned bucket"
     summary = (f"{tuned} tuned rows ({len(shown['configs'])} distinct configs), {table.filled} more bucket "
-               f"combinations filled{how} from the nearest tuned bucket (as {len(shown['fills'])} ranges), "
+               f"combinations filled{how} {rule} (as {len(shown['fills'])} ranges), "
                f"{kept}{len(table.stale)} stale records not frozen"
                + (f"; measured buckets whose winner's search never ran the point measured fastest there, "
                   f"left to the measure step: {len(table.pending)}" if table.pending else "")
@@ -228,11 +233,15 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
                      "next `opgen tune` of this op and chip cuts it, or delete that line by hand")
     key_line = (f"Key: ({', '.join(spec.dispatch.key)}); the fields at BUCKETED hold bucket indices, "
                 "their ranges are in the comments.")
+    gate = []
+    if tuned:
+        filled = [r.key for r in table.rows if r.source is not None and r.measured is None]
+        gate = wrap_comment(fill_gate(spec, chip, rec_path, kernel_hashes, filled).line())
     context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
                    backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
                    budget=chip.budget(budget_kind) if budget_kind else None,
                    programs=chip.programs, key_names=tuple(spec.dispatch.key), **shown,
-                   summary=[*wrap_comment(summary), *wrap_comment(table.checks.line()),
+                   summary=[*wrap_comment(summary), *gate, *wrap_comment(table.checks.line()),
                             *wrap_comment(key_line), *wrap_comment(f"Chip figures: {chip.source}")],
                    stale=[wrap_comment(f"stale, not frozen: {s.record.variant} at {s.record.key!r}: "
                                        f"{s.reason}") for s in table.stale])

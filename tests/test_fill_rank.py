@@ -114,7 +114,9 @@ def test_no_row_crosses_dtype_without_a_time_in_the_target_dtype(gla, hashes):
     assert fr.rank_fill(gla, CHIP, ev, target, BASE, fr.RankParams(own=False)).candidate.sources == (half.key,)
 
 
-def test_the_leave_one_out_figures_are_what_the_times_imply(tmp_path, gla, hashes):
+def _loo_records(tmp_path, gla):
+    """Records of two winners timed side by side on four measured buckets; the shares they imply
+    per bucket and winner, worked out apart; the first winner."""
     a = _winner(gla, point=POINT, K=256, V=256, T=8192)
     b = _winner(gla, point=NARROW, V=32, T=256)
     times = {  # bucket (changes of BASE) -> run -> (a's ms, b's ms)
@@ -136,6 +138,11 @@ def test_the_leave_one_out_figures_are_what_the_times_imply(tmp_path, gla, hashe
     shares[a.key] = {"a": 1.0, "b": 0.6 / 0.5}  # the tuned bucket: its search's trials
     path = _path(tmp_path)
     _write(path, recs)
+    return path, shares, a
+
+
+def test_the_leave_one_out_figures_are_what_the_times_imply(tmp_path, gla, hashes):
+    path, shares, a = _loo_records(tmp_path, gla)
     rows = fr.leave_one_out(gla, CHIP, path, hashes, rule="rank")
     expected = {}
     for target in shares:
@@ -183,3 +190,25 @@ def test_evidence_reaches_no_farther_than_the_specs_fill_distance(gla, hashes):
         assert (0 if choice is None else len(choice.evidence)) == found
     spec = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_distance": 0})})
     assert len(fr.rank_fill(spec, CHIP, ev, target, BASE, fr.RankParams(reach=5)).evidence) == 2
+
+
+def test_the_gate_flags_each_bucket_the_rule_loses_with_the_buckets_to_measure(tmp_path, gla, hashes):
+    path, _, _ = _loo_records(tmp_path, gla)
+    ranked = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_rule": "ranked"})})
+    rows = fr.leave_one_out(ranked, CHIP, path, hashes, rule="rank")
+    lost = {r.key for r in rows if r.ratio is not None and r.ratio < 1 / 1.1}
+    table = tables.frozen_rows(ranked, CHIP, path, hashes)
+    filled = [r.key for r in table.rows if r.source is not None and r.measured is None]
+    gate = fr.fill_gate(ranked, CHIP, path, hashes, filled)
+    assert lost and {row.key for row, _ in gate.losses} == lost
+    assert gate.worst.ratio == min(r.ratio for r in rows if r.key in lost)
+    for row, around in gate.losses:  # the rule-filled buckets one step from it, same dtype and flags
+        assert around and all(k in filled and k[:4] == row.key[:4]
+                              and sum(abs(x - y) for x, y in zip(k[4:], row.key[4:])) == 1 for k in around)
+    assert "FLAGGED: " in gate.line() and "Fill rule: ranked." in gate.line()
+    report = fr.gate_report(ranked, gate, OP, "h200")
+    assert sum(line.startswith("ERROR: ") for line in report) == len(lost)
+    assert any(line.strip().startswith("measure the") for line in report)
+    # a rule that loses nothing is no error
+    kept = [r for r in rows if r.key not in lost]
+    assert not fr.FillGate("ranked", {"measured": fr.summarize(kept)}, ()).line().count("FLAGGED")

@@ -5,8 +5,8 @@
 
 """Frozen dispatch table of chunk_gla_fwd_o_gk on ascend910b3.
 
-0 tuned rows (0 distinct configs), 0 more bucket combinations filled from the nearest tuned bucket
-(as 0 ranges), 0 stale records not frozen.
+0 tuned rows (0 distinct configs), 0 more bucket combinations filled by the ranked rule (as 0
+ranges), 0 stale records not frozen.
 Cross-check: 0 of 0 tuned rows checked against their leave-one-out fill.
 Key: (dtype, BT, big_scale, H1, K, V, align, tasks); the fields at BUCKETED hold bucket indices,
 their ranges are in the comments.

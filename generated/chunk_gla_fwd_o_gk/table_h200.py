@@ -6,10 +6,16 @@
 """Frozen dispatch table of chunk_gla_fwd_o_gk on h200.
 
 24 tuned rows (29 distinct configs), 4307 more bucket combinations filled: 51 with the tuned point
-measured fastest there, the others from the nearest tuned bucket (as 910 ranges), 23 more left to
-the spec's default, measured fastest there (and 1022 unmeasured ones nearer to such a bucket than
-to any row), 0 stale records not frozen; measured buckets whose winner's search never ran the
-point measured fastest there, left to the measure step: 11.
+measured fastest there, the others by the ranked rule (as 910 ranges), 23 more left to the spec's
+default, measured fastest there (and 1022 unmeasured ones where the ranked rule found it best, or
+no candidate timed in their own dtype and flags serves them), 0 stale records not frozen; measured
+buckets whose winner's search never ran the point measured fastest there, left to the measure
+step: 11.
+Fill rule: ranked. Each bucket the records timed, filled from the others (leave-one-out), against
+the fastest point timed there: measured buckets: geomean 0.966, min 0.846 over 71 buckets; 7 lose
+more than 10%; 3 unscored; tuned buckets: geomean 0.942, min 0.772 over 18 buckets; 5 lose more
+than 10%; 6 unscored. FLAGGED: 12 over the 10% margin, worst 0.772 at ('float16', 64, False,
+False, 3, 4, 1, 1) (`opgen records` names the buckets to measure).
 Cross-check: 24 of 24 tuned rows checked against their leave-one-out fill; worst loss 30.3% at
 ('bfloat16', 64, False, False, 4, 1, 1, 1) (margin 10%): FLAGGED. Over the margin (2 rows):
 ('bfloat16', 64, False, False, 4, 1, 1, 1) 30.3%, ('bfloat16', 64, False, False, 1, 1, 1, 1)
