@@ -1,14 +1,16 @@
-"""Safe formulas: constraints, budgets, defaults and dispatch keys are data, never ``eval``.
+"""Safe formulas: constraints, budgets, defaults and dispatch keys are data, whitelisted trees.
 
 A formula is parsed with :mod:`ast` and checked against a whitelist: literals, names, tuples,
 arithmetic (``+ - * / // % **``), comparisons (including ``in``), ``and``/``or``/``not``, the
 conditional expression and calls of the functions in :data:`FUNCTIONS`. Attribute access,
-subscripts, lambdas, comprehensions and any other call are refused at parse time. A parsed
-formula evaluates as the checked tree compiled, with no builtins and the whitelisted functions
-alone in its globals, and renders back to Python source for the generated dispatch code. Both
-bound what an evaluation builds (integers of at most :data:`MAX_BITS` bits, strings and tuples of
-at most :data:`MAX_ITEMS` items, no ``%`` formatting), refusing a value before it is built.
-Imports only :mod:`opgen.errors`.
+subscripts, lambdas, comprehensions and any other call are refused at parse time. The source is
+never given to ``eval``: a parsed formula evaluates as its checked tree, compiled with
+:func:`compile` and run by ``eval`` with no builtins and the whitelisted functions and bounded
+operators alone in its globals, and renders back to Python source for the generated dispatch code.
+Both bound what an evaluation builds (integers of at most :data:`MAX_BITS` bits, strings and tuples
+of at most :data:`MAX_ITEMS` items, no ``%`` formatting), refusing a value before it is built. One
+transformer (:class:`_Bounded`) routes the bounded operators for both. Imports only
+:mod:`opgen.errors`.
 """
 from __future__ import annotations
 
@@ -265,27 +267,31 @@ def _is_number(node: ast.AST, numbers: frozenset[str] | set[str]) -> bool:
 
 
 class _Bounded(ast.NodeTransformer):
-    """Replaces the bounded operators by calls of their helpers (``**`` always, the others where
-    an operand may be a string or tuple), collecting the helpers it calls in ``used``."""
+    """Replaces the bounded operators by calls of their helpers, named with ``prefix``,
+    collecting the helpers it calls in ``used``. With ``numbers`` (generated code), ``**`` always
+    and the others where an operand may be a string or tuple; with None (evaluation), all."""
 
-    def __init__(self, numbers: frozenset[str] | set[str]) -> None:
-        self.numbers, self.used = numbers, set()
+    def __init__(self, numbers: frozenset[str] | set[str] | None, prefix: str = "") -> None:
+        self.numbers, self.prefix, self.used = numbers, prefix, set()
+
+    def _wraps(self, node: ast.BinOp) -> bool:
+        op = type(node.op)
+        if op not in _BOUNDED:
+            return False
+        if self.numbers is None or op is ast.Pow:
+            return True
+        if op is ast.Mod:
+            return not _is_number(node.left, self.numbers)
+        return not (_is_number(node.left, self.numbers) and _is_number(node.right, self.numbers))
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        op = type(node.op)
-        if op is ast.Pow:
-            wrap = True
-        elif op is ast.Mod:
-            wrap = not _is_number(node.left, self.numbers)
-        else:
-            wrap = op in _BOUNDED and not (_is_number(node.left, self.numbers)
-                                            and _is_number(node.right, self.numbers))
+        wrap = self._wraps(node)  # before the operands turn into helper calls
         self.generic_visit(node)
         if not wrap:
             return node
-        name = _BOUNDED[op].__name__
+        name = _BOUNDED[type(node.op)].__name__
         self.used |= {name, "bounded"}
-        return ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
+        return ast.Call(ast.Name(self.prefix + name, ast.Load()), [node.left, node.right], [])
 
 
 # The compiled formulas' globals: the whitelisted functions and bounded operators under a prefix
@@ -295,20 +301,16 @@ _GLOBALS: dict[str, Any] = {"__builtins__": {}, **{_PREFIX + k: f for k, f in FU
                             **{_PREFIX + f.__name__: f for f in _BOUNDED.values()}}
 
 
-class _Compiled(ast.NodeTransformer):
-    """The checked tree as :func:`compile` runs it: calls and bounded operators go to the
+class _Compiled(_Bounded):
+    """The checked tree as :func:`compile` runs it: calls and every bounded operator go to the
     prefixed helpers, lists become tuples."""
+
+    def __init__(self) -> None:
+        super().__init__(None, _PREFIX)
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         node.func = ast.Name(_PREFIX + node.func.id, ast.Load())  # type: ignore[union-attr]
-        return node
-
-    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        self.generic_visit(node)
-        if type(node.op) in _BOUNDED:
-            name = _PREFIX + _BOUNDED[type(node.op)].__name__
-            return ast.Call(ast.Name(name, ast.Load()), [node.left, node.right], [])
         return node
 
     def visit_List(self, node: ast.List) -> ast.AST:
