@@ -25,9 +25,8 @@ class Protocol:
     repeat: int = 25
     flush: bool = True
     hold: bool = True
-    # Write-flush timing (the protocol before commit 371d19c): flush and hold write, so the timed
-    # call starts with the cache full of dirty lines and pays their write-back. The default reads:
-    # clean lines only.
+    # Write-flush timing (``dirty=True``): flush and hold write, so the timed call starts with the
+    # cache full of dirty lines and pays their write-back. The default reads: clean lines only.
     dirty: bool = False
 
 

@@ -37,9 +37,8 @@ class CaseResult:
     base_first_s: float
     ours_host_us: float
     base_host_us: float
-    # Both medians again under write-flush timing (flush and hold zero-fill their buffer, the
-    # protocol before commit 371d19c), so the table shows what the cache's dirty lines cost; NaN in
-    # shards measured before 371d19c.
+    # Both medians again under write-flush timing (flush and hold zero-fill their buffer), so the
+    # table shows what the cache's dirty lines cost; NaN in shards whose JSON lacks them.
     ours_dirty_ms: float = math.nan
     base_dirty_ms: float = math.nan
     # Output name -> rel. L2 of our output against the baseline's, for ops with several outputs

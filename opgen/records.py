@@ -119,8 +119,8 @@ def _plain(v: Any) -> Any:
 
 # --- records ---------------------------------------------------------------------------------
 FLUSHES = ("read", "write")
-"""How the cache was flushed before each timed call: ``read`` (the default since commit 371d19c)
-or ``write`` (write-flush timing, the protocol before it)."""
+"""How the cache was flushed before each timed call: ``read`` (the default: the flush reads) or
+``write`` (write-flush timing: the flush zero-fills, leaving dirty lines)."""
 
 _COMMON: dict[str, Conv] = dict(
     op=_str, chip=_str, toolchain=_dict_of(_str), kernel_hash=_str, key=_tuple_of(_scalar),

@@ -119,7 +119,7 @@ def _speed(data: ReviewData, run: BenchRun, image: str) -> str:
         f"![speed-up over {run.baseline} per case]({image})",
         "",
         "Median device times, side by side in one process per case (`benchmarks/README.md`, timing "
-        f"protocol). The same run under write-flush timing (the protocol before commit 371d19c): {write_flush}.",
+        f"protocol). The same run under write-flush timing (flush and hold zero-fill their buffer): {write_flush}.",
     ]
     return "\n".join(lines)
 

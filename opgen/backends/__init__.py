@@ -54,8 +54,7 @@ class EventBackend:
     write-back the timed call then pays (on an H200 a copy of a bench case's bytes ran at 0.91 of
     the memory floor after a zero-fill, 0.97 after a read, geomean of 10 cases;
     ``scripts/copy_floor.py``, ``benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt``).
-    Before commit 371d19c the flush and the hold wrote (write-flush timing); ``dirty=True`` still
-    does. ``hold`` passes over the buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on
+    With ``dirty=True`` the flush and the hold write instead (write-flush timing). ``hold`` passes over the buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on
     slower memory, longer than a Python call of a generated op or of FLA's wrapper takes to launch
     its kernel.
 
