@@ -6,7 +6,7 @@ default tunables, ``traffic_bytes``, the sampling's ``limit``). A formula that c
 evaluated on a case (a division by zero, a value past the formulas' bounds), a key field of a
 value no key holds, a case that fails a check, or a default that breaks is a BuildError naming
 the case and the formula's key path, instead of code that fails at a user's call.
-Uses ``space``, ``spec``, ``hardware``, ``expr``, ``errors``.
+Uses ``errors``, ``expr``, ``hardware``, ``keys``, ``space``, ``spec``.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ only while the claim holds (the records table checks the lock in the writing tra
 holder whose claim went with its connection (a server restart) writes none, so the process that
 takes the bucket over decides it alone. A lost connection loses the claims with it, so it ends
 the campaign with a :class:`~opgen.errors.StorageError` (running the command again resumes it).
-Uses ``storage``, ``db_records``.
+Uses ``db_records``, ``errors``, ``storage``.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 the row the table would fill that bucket with from the other winners alone (and, with
 ``--cross-check-all``, beside every other bucket's winner), its records and its report.
 
-Uses ``table``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
+Uses ``fits``, ``hardware``, ``keys``, ``plan``, ``space``, ``spec``, ``table``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ other would. :func:`export` appends to a records file the lines of the table it 
 yet, in table order and under the file's lock: run on any host, any number of times, it loses
 nothing and adds nothing twice. A trial is in the table only once measured (a process killed
 mid-trial leaves nothing), and once (the studies never measure a recorded point again).
-Uses ``records``, ``storage``.
+Uses ``errors``, ``records``, ``storage``.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ the tuned point measured fastest there or from another tuned or measured bucket,
 default; the on-chip estimate against the chip's budget and the compiler's figure where a record
 holds one. From the spec and the records alone, no device (``--compile`` adds the compiler's
 figures at the call's shape, ``opgen.resources.compiled_call``).
-Uses ``spec``, ``space``, ``keys``, ``table``, ``kernels``, ``records``.
+Uses ``case_checks``, ``errors``, ``fill_rank``, ``hardware``, ``kernels``, ``keys``, ``records``,
+``space``, ``spec``, ``spec_values``, ``table``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Whether a point may stand for a shape or a whole dispatch bucket: its variant legal there (the
 tunables the variant fixes as they evaluate there), within the chip's on-chip budget, on the
 bucket's smallest and largest calls. Read by the table, the measure step and the ranked fill.
-Uses ``space``, ``bucket_shapes``, ``hardware``, ``keys``, ``spec``.
+Uses ``bucket_shapes``, ``hardware``, ``keys``, ``records``, ``space``, ``spec``.
 """
 from __future__ import annotations
 

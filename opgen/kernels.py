@@ -2,7 +2,7 @@
 ``opgen build`` (which writes them), ``opgen tune`` (which measures the generated modules and
 keys its records and studies by their hashes) and ``opgen records`` (which reports against them).
 
-Uses ``spec``, ``space``, ``render``, ``records``, ``errors``.
+Uses ``errors``, ``records``, ``render``, ``space``, ``spec``, ``wrap``.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ point that ran fastest there, or leaves it to the default where that ran fastest
 (:func:`opgen.table.fill_measured`). A candidate that never came near the fastest on enough
 measured buckets is left out of the others (:func:`outrun`).
 
-Uses ``table``, ``records``, ``keys``, ``space``, ``plan``, ``spec``, ``hardware``.
+Uses ``bucket_shapes``, ``fits``, ``hardware``, ``keys``, ``plan``, ``records``, ``space``,
+``spec``.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ beside the winner in a cross-check (its search missed it). Then the table's cros
 and the measured fills, naming each untuned bucket where the nearest fill's point ran slower than
 the measured winner (a bucket edge that puts those shapes on a slower kernel).
 Reads the records only, no device.
-Uses ``records``, ``table``.
+Uses ``hardware``, ``keys``, ``records``, ``settings``, ``space``, ``spec``, ``table``.
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 files), the on-chip budget of every frozen choice (the spec, the records, ``opgen explain``), the
 tuning history of each study (the records' trials in file order, or an optuna storage) and the
 tests that name the op (a static reading of ``tests/``).
-Uses ``compare``, ``explain``, ``records``, ``table``, ``kernels``, ``spec``.
+Uses ``campaign``, ``compare``, ``errors``, ``explain``, ``hardware``, ``kernels``, ``keys``,
+``records``, ``spec``, ``storage``, ``table``.
 """
 from __future__ import annotations
 

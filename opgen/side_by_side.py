@@ -1,7 +1,7 @@
 """The side-by-side that picks a bucket's winner: the best few points of each study re-measured
 in interleaved rounds (so drift between them cancels), the fastest taken by a fixed tie rule.
 
-Uses ``bench``, ``worker``, ``search`` (``Measured``), ``plan``, ``settings``, ``space``.
+Uses ``bench``, ``plan``, ``search``, ``settings``, ``space``, ``spec``, ``worker``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ faster, the bucket keeps it), and every other bucket of the dispatch key from th
 measured bucket whose point is legal and fits there;
 ``cross_checked`` finds which tuned rows have a current leave-one-out check in the records. Read
 by ``opgen build`` (``freeze``) and the tuner's cross-check.
-Uses ``records``, ``space``, ``spec``, ``hardware``.
+Uses ``bucket_shapes``, ``errors``, ``fill_rank``, ``fits``, ``hardware``, ``keys``,
+``measure_fill``, ``records``, ``space``, ``spec``.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ the ranges their bucket indices stand for and what their winners measured; the f
 combinations as a few ranges of bucket indices per plain-field value (computed here, at build
 time, from the rows :func:`opgen.table.frozen_rows` fills).
 
-Uses ``table``, ``keys``, ``spec``.
+Uses ``keys``, ``render``, ``spec``, ``table``.
 """
 from __future__ import annotations
 
