@@ -155,7 +155,8 @@ def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]
 
     rule = spec.dispatch.fill_rule
     path = record_path(root, chip.name, spec.op)
-    memo = (id(spec), chip.name, str(path), path.stat().st_mtime_ns, tuple(sorted(hashes.items())))
+    stamp = path.stat().st_mtime_ns if path.exists() else None  # a chip without records: none
+    memo = (id(spec), chip.name, str(path), stamp, tuple(sorted(hashes.items())))
     if memo not in _RULES:
         rows = leave_one_out(spec, chip, path, hashes, rule="rank" if rule == "ranked" else "nearest",
                              kinds=("measured",))
