@@ -195,15 +195,16 @@ class Headroom:
 
 
 def headroom(root: Path, spec: OpSpec, chip: ChipProfile, table: FrozenTable,
-             cases: Iterable[Mapping[str, Any]]) -> list[Headroom]:
-    """Each tuned row of ``table`` at its winner's case, then each of ``cases`` whose bucket has
-    no tuned row (what the table fills it with, or the spec's default), once per bucket."""
+             cases: Iterable[Mapping[str, Any]], hashes: Mapping[str, str]) -> list[Headroom]:
+    """Each tuned row of ``table`` (frozen with the kernel ``hashes``) at its winner's case, then
+    each of ``cases`` whose bucket has no tuned row (what the table fills it with, or the spec's
+    default), once per bucket."""
     out: list[Headroom] = []
     seen: set[tuple] = set()
     tuned = [r.winner.case for r in table.rows if r.source is None]
     order = {name: i for i, name in enumerate(_case_order(spec))}
     for case in [*tuned, *cases]:
-        result = explain(root, spec, chip, case, table=table)
+        result = explain(root, spec, chip, case, table=table, hashes=hashes)
         if "refused" in result or "budget" not in result or tuple(result["key"]) in seen:
             continue
         seen.add(tuple(result["key"]))
@@ -409,5 +410,5 @@ def gather(root: Path, spec: OpSpec, chip: ChipProfile, storage: str | None = No
     cases = [row for run in runs for row in spec.expand_cases(run.cases, where=run.where)]
     studies = studies_from_storage(spec, chip, storage, hashes) if storage else studies_from_records(spec, chip, path, hashes)
     return ReviewData(spec, chip, path, table, runs, tuning_campaigns(root, chip, spec),
-                      headroom(root, spec, chip, table, cases), studies, storage,
+                      headroom(root, spec, chip, table, cases, hashes), studies, storage,
                       tests_naming(root, spec.op), generated_hash(root, spec.op))
