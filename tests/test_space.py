@@ -252,7 +252,7 @@ def test_excluded_combinations_are_not_variants(gla, tmp_path):
     (dict(B=1, H=8, N=64, P=64, R=4, z=True), "rankfold"),  # the aux path has no Z gate
     (dict(B=1, H=8, N=256, P=128, R=4), "nblocked"),  # N*P over 16384: the state streams in N blocks
     (dict(B=4, H=16, N=256, P=128, R=2), "nblocked"),
-    (dict(B=4, H=16, N=256, P=64, R=2), "staged"),  # N*P = 16384 stays on chip (the seed's N256_P64)
+    (dict(B=4, H=16, N=256, P=64, R=2), "staged"),  # N*P = 16384 stays on chip (the Ascend port's N256_P64)
     (dict(B=4, H=16, N=64, P=64, R=4), "rankfold"),  # 64 programs fill the 20 cube cores
     (dict(B=4, H=16, N=64, P=64, R=2), "staged"),
     (dict(B=4, H=16, N=64, P=64, R=2, S=2048), "post"),  # 128 chunks: the contractions leave the scan

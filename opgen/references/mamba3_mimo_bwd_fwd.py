@@ -48,9 +48,9 @@ autograd is taken:
   keeps the plain form.
 - The state decay of a short last chunk uses da_cs at its last valid token; no output depends on
   it (the state leaving the last chunk is not returned).
-- Gating needs both ``mimo_z`` and ``z`` (the seed: one alone is not a valid configuration); one
+- Gating needs both ``mimo_z`` and ``z`` (the Ascend port: one alone is not a valid configuration); one
   without the other is rejected rather than silently ignored.
-- Tail padding (``pad_to_chunks``) also zero-pads dt and trap: the seed lists q/k/v/dout/angles/z
+- Tail padding (``pad_to_chunks``) also zero-pads dt and trap: the Ascend port lists q/k/v/dout/angles/z
   and "ordinary sequence inputs"; a zero dt keeps the shifted term of the last real token at 0.
   Upstream's chunk reference zero-pads da_cs instead of repeating its last value; no valid output
   depends on either choice.

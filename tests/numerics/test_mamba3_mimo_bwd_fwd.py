@@ -3,7 +3,7 @@
 Every variant of both renderings runs on a few cases (dtypes, Z and D on and off, GQA, tails,
 R in 1, 2, 4, 8), the two renderings of a variant taking them in turn; the public function runs
 the issue's pairwise grid, the rank set, tails and the official shapes scaled down. Criteria as
-the seed's: the dual benchmark for states, dmimo_o and dz; max|err| / max|golden| for qk_dot
+the Ascend port's: the dual benchmark for states, dmimo_o and dz; max|err| / max|golden| for qk_dot
 and dmimo_z, whose values sit near 0.
 """
 import importlib
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
-NEAR_ZERO = {"qk_dot", "dmimo_z"}  # the seed's global max-relative metric
+NEAR_ZERO = {"qk_dot", "dmimo_z"}  # the Ascend port's global max-relative metric
 # max|err| / max|golden| allowed for the near-zero outputs, by output dtype (a few output ulps)
 NEAR_ZERO_BAR = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 
