@@ -57,3 +57,19 @@ def test_header_names_what_the_template_reads_and_the_build_passes(path, passed)
     expects = _expects(text)
     assert expects == reads, f"header lists {sorted(expects - reads)} unread, misses {sorted(reads - expects)}"
     assert expects <= passed[path.name], f"the build does not pass {sorted(expects - passed[path.name])}"
+
+
+@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"])
+def test_the_public_docstring_ends_with_raises_and_holds_only_errors_there(op):
+    """Google style: the prose before ``Args:``, then Args, Returns and Raises in that order, and
+    every line under ``Raises:`` names an exception."""
+    import ast
+
+    tree = ast.parse((ROOT / "generated" / op / "__init__.py").read_text())
+    doc = ast.get_docstring(next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == op))
+    sections = [line for line in doc.splitlines() if line in ("Args:", "Returns:", "Raises:")]
+    assert sections == ["Args:", "Returns:", "Raises:"]
+    prose = doc.split("Args:")[0]
+    assert "strides" in prose  # what the call does with a strided view is said before the arguments
+    raises = doc.split("Raises:")[1].strip().splitlines()
+    assert raises and all(re.match(r"[A-Z][A-Za-z]*Error: ", line.strip()) for line in raises), raises
