@@ -73,3 +73,23 @@ def test_the_public_docstring_ends_with_raises_and_holds_only_errors_there(op):
     assert "strides" in prose  # what the call does with a strided view is said before the arguments
     raises = doc.split("Raises:")[1].strip().splitlines()
     assert raises and all(re.match(r"[A-Z][A-Za-z]*Error: ", line.strip()) for line in raises), raises
+
+
+def test_the_default_functions_render_no_branch_that_does_nothing():
+    """A branch on an option a constant axis never takes, and an assignment of a tunable's own
+    constant default before any branch changed it, are not rendered; one that may change the
+    value (a formula, another constant, a value changed by an earlier branch, True for 1) is."""
+    fixed = [("GRID", "tiled", [("occupancy", "1")]),                   # no-op: occupancy is 1 already
+             ("SCALE", "fp32", [("A_PAIR", "False"), ("BK", "64")]),     # BK's default is a formula
+             ("SHAPE", "single", [("A_PAIR", "True")]),                  # a change
+             ("SHAPE", "vloop", [("A_PAIR", "False")]),                  # after a change: kept
+             ("GRID", "tma", [("occupancy", "True")])]                   # True is not 1
+    tunables = {"occupancy": "1", "A_PAIR": "False", "BK": "min(64, K)"}
+    assert freeze._without_no_ops(fixed, tunables) == [
+        ("SCALE", "fp32", [("BK", "64")]), ("SHAPE", "single", [("A_PAIR", "True")]),
+        ("SHAPE", "vloop", [("A_PAIR", "False")]), ("GRID", "tma", [("occupancy", "True")])]
+    assert not freeze._may_hold("'persistent'", "tiled") and freeze._may_hold("'persistent'", "persistent")
+    assert freeze._may_hold("'a' if K > 64 else 'b'", "tiled")  # a formula may take any option
+    text = (ROOT / "generated" / "chunk_gla_fwd_o_gk" / "__init__.py").read_text()
+    body = text[text.index("def _default_npu"):text.index("def _default_cuda")]
+    assert "GRID = 'persistent'" in body and "if GRID ==" not in body

@@ -297,12 +297,6 @@ def _default_npu(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, q
     EVICT_H = False
     TRIL_LOAD = False
     occupancy = 1
-    if SCALE_PATH == 'fold':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'post':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'split':
-        DOT_PRECISION = 'ieee'
     if SCALE_PATH == 'fp32':
         A_PAIR = False
     if SHAPE == 'single':
@@ -314,19 +308,6 @@ def _default_npu(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, q
     if SHAPE == 'vloop2':
         BK = max(16, pow2(K)) // 2
         EARLY_INTRA = True
-    if GRID == 'tiled':
-        occupancy = 1
-    if GRID == 'heads_first':
-        occupancy = 1
-    if GRID == 'chunks2':
-        occupancy = 1
-    if GRID == 'chunks4':
-        occupancy = 1
-    if GRID == 'tma':
-        occupancy = 1
-        EVICT_H = False
-    if GRID == 'tma_persistent':
-        EVICT_H = False
     for multibuffer in (True, False,):
         if _ub_bytes_npu(A_PAIR=A_PAIR, BK=BK, BT=BT, BV=BV, EARLY_INTRA=EARLY_INTRA,
             SCALE_PATH=SCALE_PATH, SHAPE=SHAPE, es=es, multibuffer=multibuffer) <= budget:
@@ -376,20 +357,6 @@ def _default_cuda(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, 
     if SHAPE == 'vloop2':
         BK = max(16, pow2(K)) // 2
         EARLY_INTRA = True
-    if GRID == 'tiled':
-        occupancy = 1
-    if GRID == 'heads_first':
-        occupancy = 1
-    if GRID == 'chunks2':
-        occupancy = 1
-    if GRID == 'chunks4':
-        occupancy = 1
-    if GRID == 'tma':
-        occupancy = 1
-        num_stages = 1
-        EVICT_H = False
-    if GRID == 'tma_persistent':
-        EVICT_H = False
     return (variant, {'BK': BK, 'BV': BV, 'DOT_PRECISION': DOT_PRECISION, 'A_PAIR': A_PAIR,
         'EARLY_INTRA': EARLY_INTRA, 'EVICT_H': EVICT_H, 'TRIL_LOAD': TRIL_LOAD, 'num_warps':
         num_warps, 'num_stages': num_stages, 'occupancy': occupancy})
@@ -413,12 +380,6 @@ def _default_interpreter(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use
     EVICT_H = False
     TRIL_LOAD = False
     occupancy = 1
-    if SCALE_PATH == 'fold':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'post':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'split':
-        DOT_PRECISION = 'ieee'
     if SCALE_PATH == 'fp32':
         A_PAIR = False
     if SHAPE == 'single':
@@ -430,19 +391,6 @@ def _default_interpreter(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use
     if SHAPE == 'vloop2':
         BK = max(16, pow2(K)) // 2
         EARLY_INTRA = True
-    if GRID == 'tiled':
-        occupancy = 1
-    if GRID == 'heads_first':
-        occupancy = 1
-    if GRID == 'chunks2':
-        occupancy = 1
-    if GRID == 'chunks4':
-        occupancy = 1
-    if GRID == 'tma':
-        occupancy = 1
-        EVICT_H = False
-    if GRID == 'tma_persistent':
-        EVICT_H = False
     return (variant, {'BK': BK, 'BV': BV, 'DOT_PRECISION': DOT_PRECISION, 'A_PAIR': A_PAIR,
         'EARLY_INTRA': EARLY_INTRA, 'EVICT_H': EVICT_H, 'TRIL_LOAD': TRIL_LOAD, 'occupancy':
         occupancy})

@@ -282,75 +282,30 @@ def _default_npu(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_d
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        DOT_PRECISION = 'ieee'
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'staged':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'rankfold':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'aux':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'nblocked':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'post':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'fold':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'splitscan':
-        STATE_PREFETCH = False
     for BLOCK_P, multibuffer in itertools.product(((P,) if ALGO == 'stage0' else (P, P // 2, P // 4,
         P // 8,)), (True, False,)):
         if _ub_bytes_npu(ALGO=ALGO, BLOCK_N=BLOCK_N, BLOCK_P=BLOCK_P, C=C, GATE_KERNEL=GATE_KERNEL,
@@ -404,7 +359,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         DOT_PRECISION = 'ieee'
@@ -415,7 +369,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         ROW_TILES = False
@@ -425,7 +378,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         ROW_TILES = False
@@ -435,7 +387,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         ROW_TILES = False
@@ -445,7 +396,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         ROW_TILES = False
@@ -455,7 +405,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         ROW_TILES = False
@@ -465,7 +414,6 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
         CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
         ROW_TILES = False
@@ -502,80 +450,10 @@ def _default_interpreter(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rota
     ROW_TILES = False
     GATE_KERNEL = False
     DOT_PRECISION = 'ieee'
-    if ALGO == 'stage0':
-        BLOCK_P = P
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        DOT_PRECISION = 'ieee'
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == 'staged':
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'rankfold':
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'aux':
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'nblocked':
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'post':
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'fold':
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        CHUNK_HALVES = False
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == 'splitscan':
-        STATE_PREFETCH = False
     return (variant, {'BLOCK_P': BLOCK_P, 'BLOCK_N': BLOCK_N, 'STATE_BLOCK_N': STATE_BLOCK_N,
         'STATE_BLOCK_P': STATE_BLOCK_P, 'STATE_PREFETCH': STATE_PREFETCH, 'STATE_TRANSPOSED':
         STATE_TRANSPOSED, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'CHUNK_HALVES': CHUNK_HALVES, 'ROW_TILES':
