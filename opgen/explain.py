@@ -18,7 +18,7 @@ from .errors import UsageError
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_of, key_text
-from .records import record_path
+from .records import table_records
 from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
 from .spec import DTYPES, OpSpec
 from .spec_values import value_kinds
@@ -88,10 +88,11 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
         return {**out, "refused": refused}
     key = key_of(spec, params)
     hashes = kernel_hashes(root, spec, chip.rendering) if hashes is None else hashes
+    source, path = table_records(root, chip, spec.op)
     if table is None:
-        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), hashes)
+        table = frozen_rows(spec, source, path, hashes)
     found = next((r for r in table.rows if r.key == key), None)
-    out |= {"key": list(key), "bucket": key_text(spec, key)}
+    out |= {"key": list(key), "bucket": key_text(spec, key), "records_of": source.name}
     if found is None:
         point = default_point(spec, chip, params)
         variant, config = point.variant, dict(point.config)
@@ -154,7 +155,7 @@ def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]
     from .fill_rank import summarize, leave_one_out
 
     rule = spec.dispatch.fill_rule
-    path = record_path(root, chip.name, spec.op)
+    chip, path = table_records(root, chip, spec.op)
     stamp = path.stat().st_mtime_ns if path.exists() else None  # a chip without records: none
     memo = (id(spec), chip.name, str(path), stamp, tuple(sorted(hashes.items())))
     if memo not in _RULES:
@@ -202,6 +203,8 @@ def text(result: Mapping[str, Any]) -> str:
     if "refused" in result:
         return "\n".join(lines + [f"  refused by the op's checks: {result['refused']}"])
     lines.append(f"  bucket  {result['bucket']}  (key {tuple(result['key'])})")
+    if result["records_of"] != result["chip"]:
+        lines.append(f"  table   frozen from {result['records_of']}'s records: {result['chip']} has none of its own")
     config = ", ".join(f"{k}={v}" for k, v in result["config"].items())
     lines.append(f"  runs    {result['variant']}: {config}")
     if result["row"] == "default":

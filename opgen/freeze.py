@@ -241,9 +241,9 @@ def _all_exprs(spec: OpSpec) -> list[Expr]:
 
 def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, env,
                 kernel_hashes: dict[str, str], notes: list[str] | None = None) -> GeneratedFile:
-    rec_path = records_mod.record_path(root, chip.name, spec.op)
+    source, rec_path = records_mod.table_records(root, chip, spec.op)
     rel = rec_path.relative_to(root).as_posix()
-    table = frozen_rows(spec, chip, rec_path, kernel_hashes)
+    table = frozen_rows(spec, source, rec_path, kernel_hashes)
     rec_hash = file_hash([rec_path]) if rec_path.exists() else "none"
     found = budget_formula(spec, chip)
     budget_kind = found[0] if found else None
@@ -267,6 +267,10 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
                + (f"; measured buckets whose winner's search never ran the point measured fastest there, "
                   f"left to the measure step: {len(table.pending)}" if table.pending else "")
                + (", its torn last line skipped." if table.torn else "."))
+    if source is not chip:
+        summary = (f"Frozen from the records of {source.name} ({rel}): {chip.name} has none of its own for "
+                   f"this op, and its figures are {source.name}'s, so the same kernels fit and compile alike; "
+                   f"the timings behind every choice were taken on {source.name}. {summary}")
     if table.torn and notes is not None:
         notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "
                      "next `opgen tune` of this op and chip cuts it, or delete that line by hand")
@@ -275,7 +279,7 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     gate = []
     if tuned:
         filled = [r.key for r in table.rows if r.source is not None and r.measured is None]
-        gate = wrap_comment(fill_gate(spec, chip, rec_path, kernel_hashes, filled).line())
+        gate = wrap_comment(fill_gate(spec, source, rec_path, kernel_hashes, filled).line())
     context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
                    backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
                    budget=chip.budget(budget_kind) if budget_kind else None,

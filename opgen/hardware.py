@@ -7,8 +7,9 @@ the function only, so the driver imports where no device stack is installed. Use
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .errors import UnsupportedInput
 
@@ -40,6 +41,10 @@ class ChipProfile:
             registers, shared memory and warps they bound its blocks per multiprocessor.
         programs: persistent-grid programs for the interpreter.
         source: where the figures come from.
+        borrows: the chip whose records freeze this chip's tables while it has none of its own
+            for an op (:func:`table_source`): one with the same backend and figures, so that the
+            same kernels fit and compile alike; only the timings behind the choices were taken on
+            the other chip.
     """
 
     name: str
@@ -61,6 +66,7 @@ class ChipProfile:
     sm_ctas: int | None = None
     programs: int | None = None
     source: str = ""
+    borrows: str | None = None
 
     @property
     def cores(self) -> int:
@@ -106,7 +112,8 @@ PROFILES: dict[str, ChipProfile] = {p.name: p for p in (
     ChipProfile("ascend950", "npu", ("Ascend950",), ub_bytes=248 * KiB,
                 source="CANN docs: 248 KB UB on Ascend 950 / Atlas 350 (216 KB in mixed SIMD/SIMT "
                        "mode); L1/L0 sizes and core counts not published: read from the driver"),
-    ChipProfile("h100", "cuda", ("H100",), **_HOPPER, source="CUDA programming guide, cc 9.0; H100 SXM"),
+    ChipProfile("h100", "cuda", ("H100",), **_HOPPER, source="CUDA programming guide, cc 9.0; H100 SXM",
+                borrows="h200"),
     ChipProfile("h200", "cuda", ("H200",), **_HOPPER,
                 source="CUDA programming guide, cc 9.0; 132 SMs as torch reports them on an H200"),
     ChipProfile("interpreter", "interpreter", (), programs=4,
@@ -124,6 +131,28 @@ def profile(name: str) -> ChipProfile:
         return PROFILES[name]
     except KeyError:
         raise UnsupportedInput(f"unknown chip {name!r}; known: {', '.join(sorted(PROFILES))}") from None
+
+
+def figures(chip: ChipProfile) -> dict[str, Any]:
+    """What a chip's kernels see of it: every figure but its names, source and borrowing."""
+    return {f.name: getattr(chip, f.name) for f in dataclasses.fields(chip)
+            if f.name not in ("name", "device_names", "source", "borrows")}
+
+
+def table_source(chip: ChipProfile, has_records: Callable[[str], bool]) -> ChipProfile:
+    """The chip whose records freeze ``chip``'s table of an op: its own where it has any
+    (``has_records(name)``), else the chip it borrows from where that one has some, else itself
+    (a table of the spec's defaults).
+
+    Raises:
+        UnsupportedInput: a borrowed chip whose figures differ from ``chip``'s.
+    """
+    if chip.borrows is None or has_records(chip.name) or not has_records(chip.borrows):
+        return chip
+    lender = profile(chip.borrows)
+    if figures(lender) != figures(chip):
+        raise UnsupportedInput(f"chip {chip.name} borrows the records of {lender.name}, whose figures differ")
+    return lender
 
 
 def chip_for_device_name(device_name: str, backend: str) -> ChipProfile:

@@ -7,7 +7,7 @@ its full key: op, chip, toolchain, the kernel's content hash, the dispatch key (
 Writers append under an exclusive ``flock`` with flush and fsync; readers skip blank lines and a torn
 last line (counted), refuse a malformed line elsewhere and refuse a record of another op, chip or schema
 (optuna ``journal/_file.py``; Kernel Tuner ``process_cache``). No clock, no device: dates come from
-the caller. Uses ``errors``, ``expr``, ``keys``.
+the caller. Uses ``errors``, ``expr``, ``hardware``, ``keys``.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
 
 from .errors import RecordError
 from .expr import is_finite_number
+from .hardware import ChipProfile, table_source
 from .keys import Key
 
 SCHEMA = 1
@@ -307,6 +308,13 @@ def kernel_hash(text: str) -> str:
 def record_path(root: Path, chip: str, op: str) -> Path:
     """Where the records of ``op`` on ``chip`` live: ``<root>/records/<chip>/<op>.jsonl``."""
     return root / "records" / chip / f"{op}.jsonl"
+
+
+def table_records(root: Path, chip: ChipProfile, op: str) -> tuple[ChipProfile, Path]:
+    """The chip whose records freeze ``chip``'s table of ``op``, and their file: its own, or
+    while it has none, those of the chip it borrows (:func:`opgen.hardware.table_source`)."""
+    source = table_source(chip, lambda name: record_path(root, name, op).exists())
+    return source, record_path(root, source.name, op)
 
 
 @dataclass(frozen=True)
