@@ -108,7 +108,7 @@ def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[st
     from .measure_fill import MeasureInputs, candidates, current_measures, earlier_runs, outrun
     from .table import read_keyed, split_winners
 
-    held = read_keyed(spec, chip, path).records if path.exists() else ()
+    held = read_keyed(spec, chip, path).records
     tuned, _, pending = split_winners(spec, chip, path, held, hashes)
     runs = earlier_runs(held, hashes)
     pool = candidates(spec, chip, {**pending, **tuned})

@@ -18,7 +18,7 @@ from .errors import UsageError
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_of, key_text
-from .records import table_records
+from .records import read_paths, record_path
 from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
 from .spec import DTYPES, OpSpec
 from .spec_values import value_kinds
@@ -88,11 +88,10 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
         return {**out, "refused": refused}
     key = key_of(spec, params)
     hashes = kernel_hashes(root, spec, chip.rendering) if hashes is None else hashes
-    source, path = table_records(root, chip, spec.op)
     if table is None:
-        table = frozen_rows(spec, source, path, hashes)
+        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), hashes)
     found = next((r for r in table.rows if r.key == key), None)
-    out |= {"key": list(key), "bucket": key_text(spec, key), "records_of": source.name}
+    out |= {"key": list(key), "bucket": key_text(spec, key)}
     if found is None:
         point = default_point(spec, chip, params)
         variant, config = point.variant, dict(point.config)
@@ -116,7 +115,7 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
         config = {**found.point, **fixed_values(spec, find_variant(spec, variant), params)}
         w = found.winner
         out |= {"row": "tuned" if found.source is None else "filled",
-                "winner": {"bucket": key_text(spec, w.key), "median_ms": w.median_ms, "date": w.date,
+                "winner": {"bucket": key_text(spec, w.key), "chip": w.chip, "median_ms": w.median_ms, "date": w.date,
                            "study": w.study, "flush": w.flush,
                            "compiler": None if w.budget is None else {
                                "kind": w.budget.kind, "reported": w.budget.reported,
@@ -134,7 +133,7 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
             if found.measured is None:
                 out["rule"] = _rule(root, spec, chip, hashes)
             if found.measured is not None:
-                out["measured"] = {"ms": found.measured.ms, "run": found.measured.run}
+                out["measured"] = {"ms": found.measured.ms, "run": found.measured.run, "chip": found.measured.chip}
             narrowed = {n: [w.point[n], v] for n, v in found.point.items() if w.point.get(n) != v}
             if narrowed:
                 out["clamped"] = narrowed  # tiles lowered to the bucket's largest call
@@ -155,8 +154,8 @@ def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]
     from .fill_rank import summarize, leave_one_out
 
     rule = spec.dispatch.fill_rule
-    chip, path = table_records(root, chip, spec.op)
-    stamp = path.stat().st_mtime_ns if path.exists() else None  # a chip without records: none
+    path = record_path(root, chip.name, spec.op)
+    stamp = tuple(p.stat().st_mtime_ns for p, _ in read_paths(path, chip) if p.exists())
     memo = (id(spec), chip.name, str(path), stamp, tuple(sorted(hashes.items())))
     if memo not in _RULES:
         rows = leave_one_out(spec, chip, path, hashes, rule="rank" if rule == "ranked" else "nearest",
@@ -203,8 +202,6 @@ def text(result: Mapping[str, Any]) -> str:
     if "refused" in result:
         return "\n".join(lines + [f"  refused by the op's checks: {result['refused']}"])
     lines.append(f"  bucket  {result['bucket']}  (key {tuple(result['key'])})")
-    if result["records_of"] != result["chip"]:
-        lines.append(f"  table   frozen from {result['records_of']}'s records: {result['chip']} has none of its own")
     config = ", ".join(f"{k}={v}" for k, v in result["config"].items())
     lines.append(f"  runs    {result['variant']}: {config}")
     if result["row"] == "default":
@@ -216,7 +213,8 @@ def text(result: Mapping[str, Any]) -> str:
                  "ranked": "ranked fill: the point of the winner of"}.get(result.get("filled_by"),
                                                                           "filled from the tuned bucket")
         where = f"{where} {result['filled_from']}" if result["row"] == "filled" else "tuned in this bucket"
-        lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured {w['date']} "
+        on = "" if w["chip"] == result["chip"] else f" on {w['chip']} (records {result['chip']} inherits)"
+        lines.append(f"  row     {where}: {w['median_ms']:.4f} ms measured{on} {w['date']} "
                      f"({w['flush']}-flush timing)")
         if "ranked" in result:
             r = result["ranked"]
@@ -226,7 +224,9 @@ def text(result: Mapping[str, Any]) -> str:
             moved = ", ".join(f"{n} {a} -> {b}" for n, (a, b) in result["clamped"].items())
             lines.append(f"  clamped {moved} (tiles no wider than the bucket's largest call)")
         if "measured" in result:
-            lines.append(f"  measure {result['measured']['ms']:.4f} ms here (run {result['measured']['run']})")
+            m = result["measured"]
+            on = "" if m["chip"] == result["chip"] else f" on {m['chip']}"
+            lines.append(f"  measure {m['ms']:.4f} ms here{on} (run {m['run']})")
         if "cross_check" in result:
             c = result["cross_check"]
             lines.append(f"  check   leave-one-out loss {c['loss']:.1%} (margin {c['margin']:.0%})")

@@ -241,10 +241,12 @@ def _all_exprs(spec: OpSpec) -> list[Expr]:
 
 def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, env,
                 kernel_hashes: dict[str, str], notes: list[str] | None = None) -> GeneratedFile:
-    source, rec_path = records_mod.table_records(root, chip, spec.op)
+    rec_path = records_mod.record_path(root, chip.name, spec.op)
     rel = rec_path.relative_to(root).as_posix()
-    table = frozen_rows(spec, source, rec_path, kernel_hashes)
-    rec_hash = file_hash([rec_path]) if rec_path.exists() else "none"
+    table = frozen_rows(spec, chip, rec_path, kernel_hashes)
+    read = records_mod.read_paths(rec_path, chip)
+    parent = [(p, name) for p, name in read if name != chip.name]
+    files = [(p.relative_to(root).as_posix(), file_hash([p]) if p.exists() else "none") for p, _ in read]
     found = budget_formula(spec, chip)
     budget_kind = found[0] if found else None
     shown = layout(spec, table)
@@ -267,10 +269,11 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
                + (f"; measured buckets whose winner's search never ran the point measured fastest there, "
                   f"left to the measure step: {len(table.pending)}" if table.pending else "")
                + (", its torn last line skipped." if table.torn else "."))
-    if source is not chip:
-        summary = (f"Frozen from the records of {source.name} ({rel}): {chip.name} has none of its own for "
-                   f"this op, and its figures are {source.name}'s, so the same kernels fit and compile alike; "
-                   f"the timings behind every choice were taken on {source.name}. {summary}")
+    for path, name in parent:
+        summary = (f"Frozen from the records of {name} ({path.relative_to(root).as_posix()}) and then {chip.name}'s "
+                   f"own ({rel}): {chip.name}'s figures are {name}'s, so the same kernels fit and compile "
+                   f"alike; a bucket {chip.name} has measured nothing of keeps the choice timed on {name}. "
+                   f"{summary}")
     if table.torn and notes is not None:
         notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "
                      "next `opgen tune` of this op and chip cuts it, or delete that line by hand")
@@ -279,8 +282,8 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     gate = []
     if tuned:
         filled = [r.key for r in table.rows if r.source is not None and r.measured is None]
-        gate = wrap_comment(fill_gate(spec, source, rec_path, kernel_hashes, filled).line())
-    context = dict(header=inputs.header((rel, rec_hash)), op=spec.op, chip=chip.name,
+        gate = wrap_comment(fill_gate(spec, chip, rec_path, kernel_hashes, filled).line())
+    context = dict(header=inputs.header(files), op=spec.op, chip=chip.name,
                    backend=chip.backend, rendering=chip.rendering, budget_kind=budget_kind,
                    budget=chip.budget(budget_kind) if budget_kind else None,
                    programs=chip.programs, key_names=tuple(spec.dispatch.key), **shown,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import UnsupportedInput
 
@@ -41,10 +41,10 @@ class ChipProfile:
             registers, shared memory and warps they bound its blocks per multiprocessor.
         programs: persistent-grid programs for the interpreter.
         source: where the figures come from.
-        borrows: the chip whose records freeze this chip's tables while it has none of its own
-            for an op (:func:`table_source`): one with the same backend and figures, so that the
-            same kernels fit and compile alike; only the timings behind the choices were taken on
-            the other chip.
+        inherits: the chip whose records this chip's are read after (:func:`inherited`): one with
+            the same backend and figures, so that the same kernels fit and compile alike. Its
+            winners and measures serve every bucket this chip has measured nothing of; the
+            timings behind them were taken on that chip.
     """
 
     name: str
@@ -66,7 +66,7 @@ class ChipProfile:
     sm_ctas: int | None = None
     programs: int | None = None
     source: str = ""
-    borrows: str | None = None
+    inherits: str | None = None
 
     @property
     def cores(self) -> int:
@@ -113,7 +113,7 @@ PROFILES: dict[str, ChipProfile] = {p.name: p for p in (
                 source="CANN docs: 248 KB UB on Ascend 950 / Atlas 350 (216 KB in mixed SIMD/SIMT "
                        "mode); L1/L0 sizes and core counts not published: read from the driver"),
     ChipProfile("h100", "cuda", ("H100",), **_HOPPER, source="CUDA programming guide, cc 9.0; H100 SXM",
-                borrows="h200"),
+                inherits="h200"),
     ChipProfile("h200", "cuda", ("H200",), **_HOPPER,
                 source="CUDA programming guide, cc 9.0; 132 SMs as torch reports them on an H200"),
     ChipProfile("interpreter", "interpreter", (), programs=4,
@@ -134,25 +134,23 @@ def profile(name: str) -> ChipProfile:
 
 
 def figures(chip: ChipProfile) -> dict[str, Any]:
-    """What a chip's kernels see of it: every figure but its names, source and borrowing."""
+    """What a chip's kernels see of it: every figure but its names, source and inheritance."""
     return {f.name: getattr(chip, f.name) for f in dataclasses.fields(chip)
-            if f.name not in ("name", "device_names", "source", "borrows")}
+            if f.name not in ("name", "device_names", "source", "inherits")}
 
 
-def table_source(chip: ChipProfile, has_records: Callable[[str], bool]) -> ChipProfile:
-    """The chip whose records freeze ``chip``'s table of an op: its own where it has any
-    (``has_records(name)``), else the chip it borrows from where that one has some, else itself
-    (a table of the spec's defaults).
+def inherited(chip: ChipProfile) -> ChipProfile | None:
+    """The chip whose records ``chip`` reads before its own (``inherits``), or None.
 
     Raises:
-        UnsupportedInput: a borrowed chip whose figures differ from ``chip``'s.
+        UnsupportedInput: a parent chip whose figures differ from ``chip``'s.
     """
-    if chip.borrows is None or has_records(chip.name) or not has_records(chip.borrows):
-        return chip
-    lender = profile(chip.borrows)
-    if figures(lender) != figures(chip):
-        raise UnsupportedInput(f"chip {chip.name} borrows the records of {lender.name}, whose figures differ")
-    return lender
+    if chip.inherits is None:
+        return None
+    found = profile(chip.inherits)
+    if figures(found) != figures(chip):
+        raise UnsupportedInput(f"chip {chip.name} inherits the records of {found.name}, whose figures differ")
+    return found
 
 
 def chip_for_device_name(device_name: str, backend: str) -> ChipProfile:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import jinja2
 
@@ -60,12 +61,12 @@ class OpInputs:
     templates_glob: str
     templates_hash: str
 
-    def header(self, records: tuple[str, str] | None = None) -> str:
-        """The header of the op's generated modules (a table's also names its records)."""
+    def header(self, records: Sequence[tuple[str, str]] = ()) -> str:
+        """The header of the op's generated modules (a table's also names its records files,
+        each as (path, hash))."""
         rows = [("spec", self.spec_path, self.spec_hash),
                 ("templates", self.templates_glob, self.templates_hash)]
-        if records is not None:
-            rows.append(("records", *records))
+        rows += [("records", *r) for r in records]
         return header(rows)
 
 

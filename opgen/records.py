@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
 
 from .errors import RecordError
 from .expr import is_finite_number
-from .hardware import ChipProfile, table_source
+from .hardware import ChipProfile, inherited
 from .keys import Key
 
 SCHEMA = 1
@@ -310,11 +310,18 @@ def record_path(root: Path, chip: str, op: str) -> Path:
     return root / "records" / chip / f"{op}.jsonl"
 
 
-def table_records(root: Path, chip: ChipProfile, op: str) -> tuple[ChipProfile, Path]:
-    """The chip whose records freeze ``chip``'s table of ``op``, and their file: its own, or
-    while it has none, those of the chip it borrows (:func:`opgen.hardware.table_source`)."""
-    source = table_source(chip, lambda name: record_path(root, name, op).exists())
-    return source, record_path(root, source.name, op)
+def read_paths(path: Path, chip: ChipProfile) -> tuple[tuple[Path, str], ...]:
+    """The files read as ``chip``'s records at ``path``, each with the chip its records name:
+    where ``path`` is ``chip``'s own file (``records/<chip>/<op>.jsonl``) and ``chip`` inherits
+    another's (:func:`opgen.hardware.inherited`), that chip's file of the op first, where it
+    exists, then ``path``. Read in that order, a winner or measure of ``chip``'s own stands over the parent chip's
+    for its bucket, as a later record does; a bucket it never measured keeps the parent chip's."""
+    source = inherited(chip)
+    own = ((path, chip.name),)
+    if source is None or path.parent.name != chip.name:
+        return own
+    parent = path.parent.parent / source.name / path.name
+    return (((parent, source.name),) if parent.exists() else ()) + own
 
 
 @dataclass(frozen=True)

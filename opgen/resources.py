@@ -449,10 +449,10 @@ def check_budget(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[Mapping
     entries = []
     if choices:
         from .kernels import kernel_hashes
-        from .records import table_records
+        from .records import record_path
         from .table import frozen_rows
 
-        table = frozen_rows(spec, *table_records(root, chip, spec.op), kernel_hashes(root, spec, chip.rendering))
+        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))
         entries = [e for e in table_entries(spec, chip, table)
                    if e.role == "choice" and (wanted is None or e.variant in wanted)]
     entries += sample_entries(spec, chip, rows, sample, seed, variants)
@@ -518,12 +518,12 @@ def resources(root: Path, spec: OpSpec, chip: ChipProfile, case_rows: list[dict[
         UsageError: a table without rows and no case set.
     """
     from .kernels import kernel_hashes
-    from .records import table_records
+    from .records import record_path
     from .table import frozen_rows
 
     if chip.backend == "interpreter":
         raise UsageError("the interpreter has no compiler figures: name a device chip (h200, ascend910b3, ...)")
-    table = frozen_rows(spec, *table_records(root, chip, spec.op), kernel_hashes(root, spec, chip.rendering))
+    table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))
     if case_rows is not None:
         entries = case_entries(root, spec, chip, table, case_rows)
     elif table.rows:

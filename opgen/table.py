@@ -30,7 +30,7 @@ from .fits import _fits, legal_across, point_fits, serves_bucket
 from .hardware import ChipProfile
 from .keys import Key, key_of, key_text, sort_key, split_key_field
 from .records import (CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, latest_measure_runs,
-                      read)
+                      read, read_paths)
 from .space import (carried_clamped, clamped, constraint_failed, find_variant, fixed_values, is_legal,
                     parse_point_name, point_id)
 from .spec import OpSpec
@@ -191,7 +191,8 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         RecordError: a malformed or foreign record, or a fresh winner illegal for its own case.
         BudgetError: a fresh winner over the chip's budget.
     """
-    memo = (id(spec), chip.name, str(path), _content(path), tuple(sorted(kernel_hashes.items())), fill)
+    content = tuple(_content(p) for p, _ in read_paths(path, chip))
+    memo = (id(spec), chip.name, str(path), content, tuple(sorted(kernel_hashes.items())), fill)
     if memo not in _TABLES:
         if len(_TABLES) > 16:
             _TABLES.clear()
@@ -283,15 +284,17 @@ def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, Winn
 def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
                   kernel_hashes: Mapping[str, str]) -> dict[Key, WinnerRecord]:
     """The winners in force at ``path`` that :func:`frozen_rows` freezes, by key (none without a file)."""
-    if not path.exists():
+    if not any(p.exists() for p, _ in read_paths(path, chip)):
         return {}
     return split_winners(spec, chip, path, read_keyed(spec, chip, path).records, kernel_hashes)[0]
 
 
 def read_keyed(spec: OpSpec, chip: ChipProfile, path: Path) -> RecordFile:
-    """The records of ``spec`` on ``chip`` at ``path``, keyed as the spec buckets their cases now."""
-    found = read(path, op=spec.op, chip=chip.name)
-    return dataclasses.replace(found, records=rekeyed(spec, found.records))
+    """The records of ``spec`` on ``chip`` at ``path``, after those of the chip it inherits from
+    (:func:`opgen.records.read_paths`), keyed as the spec buckets their cases now."""
+    found = [read(p, op=spec.op, chip=name) for p, name in read_paths(path, chip)]
+    records = tuple(r for f in found for r in f.records)
+    return RecordFile(path, rekeyed(spec, records), sum(f.torn for f in found))
 
 
 def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:

@@ -4,9 +4,8 @@ import torch
 
 from opgen.errors import UnsupportedInput
 import dataclasses
-import importlib
 
-from opgen.hardware import PROFILES, chip_for_device_name, detect, figures, profile, table_source
+from opgen.hardware import PROFILES, chip_for_device_name, detect, figures, inherited, profile
 
 
 def test_ascend_figures():
@@ -33,29 +32,14 @@ def test_every_profile_cites_a_source():
     assert all(p.source for p in PROFILES.values())
 
 
-def test_borrowed_records_freeze_a_chip_without_its_own():
+def test_a_lender_shares_every_figure():
     h100, h200 = profile("h100"), profile("h200")
-    assert h100.borrows == "h200" and figures(h100) == figures(h200)
-    for lender in {p.borrows for p in PROFILES.values()} - {None}:
-        assert all(figures(p) == figures(profile(lender)) for p in PROFILES.values() if p.borrows == lender)
-    assert table_source(h100, lambda name: name == "h200") is h200  # none of its own: the lender's
-    assert table_source(h100, lambda name: True) is h100  # its own, once it has any
-    assert table_source(h100, lambda name: False) is h100  # neither: the spec's defaults
-    assert table_source(h200, lambda name: name == "h100") is h200  # h200 borrows from no one
+    assert inherited(h100) is h200 and figures(h100) == figures(h200) and inherited(h200) is None
+    for p in PROFILES.values():
+        assert inherited(p) is None or figures(inherited(p)) == figures(p)
     odd = dataclasses.replace(h100, sm_count=114)
-    with pytest.raises(UnsupportedInput, match="borrows the records of h200, whose figures differ"):
-        table_source(odd, lambda name: name == "h200")
-
-
-@pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd"])
-def test_generated_h100_tables_run_the_h200_choices(op):
-    """records/h100/ holds none of these ops: each H100 table is the H200 one, saying so."""
-    h100 = importlib.import_module(f"generated.{op}.table_h100")
-    h200 = importlib.import_module(f"generated.{op}.table_h200")
-    assert (h100.CHIP, h200.CHIP) == ("h100", "h200")
-    assert h100.CONFIGS == h200.CONFIGS and h100.TUNED == h200.TUNED and h100.FILL == h200.FILL
-    assert h100.TUNED and "Frozen from the records of h200" in h100.__doc__
-    assert "Frozen from the records" not in h200.__doc__
+    with pytest.raises(UnsupportedInput, match="inherits the records of h200, whose figures differ"):
+        inherited(odd)
 
 
 def test_device_name_matching():

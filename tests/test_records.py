@@ -290,6 +290,32 @@ def test_a_later_winner_replaces_the_held_one_only_if_it_faced_it(tmp_path, gla,
     assert frozen(unreadable, later) == "fp32_general_tiled"
 
 
+def test_a_borrowing_chip_reads_its_lenders_records_then_its_own(tmp_path, gla, hashes):
+    """The H100 inherits the H200's records: a bucket it measured nothing of keeps the H200's
+    choice, one it tuned itself takes its own winner (read after the parent chip's), and a record of
+    another chip inside its own file is still refused."""
+    h100 = profile("h100")
+    own = records.record_path(tmp_path, "h100", OP)
+    parent = _winner(gla)
+    other = _winner(gla, "fp32_general_tiled", dtype="float16")
+    assert records.read_paths(own, h100) == ((own, "h100"),)  # no parent chip's file: its own alone
+    _write(_path(tmp_path), [parent, other])
+    assert records.read_paths(own, h100) == ((_path(tmp_path), "h200"), (own, "h100"))
+    assert records.read_paths(_path(tmp_path), CHIP) == ((_path(tmp_path), "h200"),)  # h200 inherits from none
+    elsewhere = tmp_path / "copy" / f"{OP}.jsonl"  # a file outside records/h100/: read alone
+    assert records.read_paths(elsewhere, h100) == ((elsewhere, "h100"),)
+    inherited = tables.frozen_rows(gla, h100, own, hashes, fill=False)
+    assert inherited.rows == tables.frozen_rows(gla, CHIP, _path(tmp_path), hashes, fill=False).rows
+    mine = dataclasses.replace(_faced(_winner(gla, "fp32_general_tiled", median=0.2), parent), chip="h100")
+    _write(own, [mine])
+    chosen = {r.key: (r.variant, r.winner.chip) for r in tables.frozen_rows(gla, h100, own, hashes, fill=False).rows}
+    assert chosen == {parent.key: ("fp32_general_tiled", "h100"), other.key: ("fp32_general_tiled", "h200")}
+    with own.open("a") as f:  # append() refuses it: written as a hand edit would
+        f.write(other.line() + "\n")
+    with pytest.raises(RecordError, match="chip 'h100'"):
+        tables.frozen_rows(gla, h100, own, hashes, fill=False)
+
+
 def test_no_record_file_means_no_rows(tmp_path, gla, hashes):
     assert tables.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == tables.FrozenTable(
         (), (), 0, 0, tables.CrossChecked((), 0))

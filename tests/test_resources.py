@@ -89,7 +89,7 @@ def test_table_entries_are_the_choices_at_their_cases_and_the_defaults_there():
 
 def test_a_table_without_rows_asks_for_a_case_set():
     with pytest.raises(UsageError, match="--cases"):
-        resources(ROOT, GLA, profile("h100"))
+        resources(ROOT, GLA, profile("ascend910b1"))
 
 
 def test_ascend_chip_gets_the_front_end_and_the_estimate():

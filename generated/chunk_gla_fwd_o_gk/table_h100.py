@@ -2,17 +2,19 @@
 # spec       specs/chunk_gla_fwd_o_gk.yaml                            sha256:1b19b27d5c08086e
 # templates  templates/chunk_gla_fwd_o_gk/*.j2, opgen/templates/*.j2  sha256:29cbc0f2454cb528
 # records    records/h200/chunk_gla_fwd_o_gk.jsonl                    sha256:d9386e8a509af1d6
+# records    records/h100/chunk_gla_fwd_o_gk.jsonl                    none
 
 """Frozen dispatch table of chunk_gla_fwd_o_gk on h100.
 
-Frozen from the records of h200 (records/h200/chunk_gla_fwd_o_gk.jsonl): h100 has none of its own
-for this op, and its figures are h200's, so the same kernels fit and compile alike; the timings
-behind every choice were taken on h200. 24 tuned rows (29 distinct configs), 4307 more bucket
-combinations filled: 51 with the tuned point measured fastest there, the others by the ranked rule
-(as 910 ranges), 23 more left to the spec's default, measured fastest there (and 1022 unmeasured
-ones where the ranked rule found it best, or no candidate timed in their own dtype and flags
-serves them), 0 stale records not frozen; measured buckets whose winner's search never ran the
-point measured fastest there, left to the measure step: 11.
+Frozen from the records of h200 (records/h200/chunk_gla_fwd_o_gk.jsonl) and then h100's own
+(records/h100/chunk_gla_fwd_o_gk.jsonl): h100's figures are h200's, so the same kernels fit and
+compile alike; a bucket h100 has measured nothing of keeps the choice timed on h200. 24 tuned rows
+(29 distinct configs), 4307 more bucket combinations filled: 51 with the tuned point measured
+fastest there, the others by the ranked rule (as 910 ranges), 23 more left to the spec's default,
+measured fastest there (and 1022 unmeasured ones where the ranked rule found it best, or no
+candidate timed in their own dtype and flags serves them), 0 stale records not frozen; measured
+buckets whose winner's search never ran the point measured fastest there, left to the measure
+step: 11.
 Fill rule: ranked. Each bucket the records timed, filled from the others (leave-one-out), against
 the fastest point timed there: measured buckets: geomean 0.966, min 0.846 over 71 buckets; 7 lose
 more than 10%; 3 unscored; tuned buckets: geomean 0.942, min 0.772 over 18 buckets; 5 lose more

@@ -2,13 +2,15 @@
 # spec       specs/mamba3_mimo_bwd_fwd.yaml                            sha256:7d15ce0af04dbc16
 # templates  templates/mamba3_mimo_bwd_fwd/*.j2, opgen/templates/*.j2  sha256:c2dcba84abb5633e
 # records    records/h200/mamba3_mimo_bwd_fwd.jsonl                    sha256:219cedff20be5c65
+# records    records/h100/mamba3_mimo_bwd_fwd.jsonl                    none
 
 """Frozen dispatch table of mamba3_mimo_bwd_fwd on h100.
 
-Frozen from the records of h200 (records/h200/mamba3_mimo_bwd_fwd.jsonl): h100 has none of its own
-for this op, and its figures are h200's, so the same kernels fit and compile alike; the timings
-behind every choice were taken on h200. 22 tuned rows (16 distinct configs), 66 more bucket
-combinations filled from the nearest tuned bucket (as 20 ranges), 0 stale records not frozen.
+Frozen from the records of h200 (records/h200/mamba3_mimo_bwd_fwd.jsonl) and then h100's own
+(records/h100/mamba3_mimo_bwd_fwd.jsonl): h100's figures are h200's, so the same kernels fit and
+compile alike; a bucket h100 has measured nothing of keeps the choice timed on h200. 22 tuned rows
+(16 distinct configs), 66 more bucket combinations filled from the nearest tuned bucket (as 20
+ranges), 0 stale records not frozen.
 Fill rule: nearest. Each bucket the records timed, filled from the others (leave-one-out), against
 the fastest point timed there: tuned buckets: geomean 1.000, min 1.000 over 22 buckets; 0 lose
 more than 10%; 0 unscored.
