@@ -7,6 +7,7 @@ Uses ``keys``, ``render``, ``spec``, ``table``.
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import textwrap
 from dataclasses import dataclass
@@ -33,15 +34,15 @@ class Fill:
 
 
 def config_names(rows: tuple[Row, ...]) -> dict[tuple[str, tuple], str]:
-    """A name per distinct ``(variant, tunables)``: ``<variant>/<n>``, numbered in key order."""
-    out: dict[tuple[str, tuple], str] = {}
-    count: dict[str, int] = {}
-    for row in sorted(rows, key=lambda r: sort_key(r.key)):
-        ident = (row.variant, tuple(row.point.items()))
-        if ident not in out:
-            count[row.variant] = count.get(row.variant, 0) + 1
-            out[ident] = f"{row.variant}/{count[row.variant]}"
-    return out
+    """A name per distinct ``(variant, tunables)``: ``<variant>/<digest>``, the digest the first
+    hex digits of a hash of the tunables (six, more where two configs would share them), so that a
+    config keeps its name when a re-tune adds, drops or moves others."""
+    idents = sorted({(row.variant, tuple(row.point.items())) for row in rows}, key=repr)
+    digests = {ident: hashlib.sha256(repr(sorted(ident[1])).encode()).hexdigest() for ident in idents}
+    width = 6
+    while len({(v, digests[(v, p)][:width]) for v, p in idents}) < len(idents):
+        width += 2
+    return {ident: f"{ident[0]}/{digests[ident][:width]}" for ident in idents}
 
 
 def fill_ranges(spec: OpSpec, rows: tuple[Row, ...], names: dict[tuple[str, tuple], str]) -> list[Fill]:

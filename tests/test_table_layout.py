@@ -2,6 +2,7 @@
 the row the freeze chose (filled keys included) and no range takes a key the freeze left to the
 spec's default; generated modules keep their lines within 100 characters."""
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,16 @@ def test_a_fill_for_one_key_is_that_keys_row_of_the_whole_fill():
         assert fill_nearest(spec, chip, others, only=key) == whole
         filled += bool(whole)
     assert filled >= 1
+
+
+def test_a_config_keeps_its_name_when_others_come_and_go():
+    """Config names come from the tunables, not from their rank: a re-tune that adds, drops or
+    moves other configs leaves a config's name as it was, and no two configs share one."""
+    spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
+    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    names = config_names(table.rows)
+    assert len(set(names.values())) == len(names) > 2
+    assert all(re.fullmatch(rf"{variant}/[0-9a-f]{{6,}}", name) for (variant, _), name in names.items())
+    kept = [r for r in table.rows if names[(r.variant, tuple(r.point.items()))] != min(names.values())]
+    assert {i: n for i, n in config_names(tuple(kept[::-1])).items()} == {
+        i: n for i, n in names.items() if n != min(names.values())}
