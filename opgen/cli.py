@@ -470,6 +470,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_resources(args: argparse.Namespace) -> int:
+    from .errors import UsageError
     from .hardware import profile
     from .resources import resources, text
 
@@ -485,9 +486,30 @@ def _cmd_resources(args: argparse.Namespace) -> int:
         print(json.dumps(found, indent=1, sort_keys=True) if args.json else check_text(found))
         return 1 if found["underestimates"] else 0
     rows = spec.expand_cases(args.cases) if args.cases else None
-    report = resources(root, spec, profile(args.chip), rows, args.jobs, args.python,
-                       Path(args.cache) if args.cache else None, args.compile_timeout or None)
+    chip, cache = profile(args.chip), Path(args.cache) if args.cache else None
+    keep = tuple(n for n in (args.keep or "").split(",") if n)
+    if args.spill_free is not None:
+        if args.spill_free < 1:
+            raise UsageError(f"--spill-free {args.spill_free}: the points to compile a choice must be 1 or more")
+        if chip.backend != "cuda":
+            raise UsageError("--spill-free needs an NVIDIA chip: the Ascend front end reports no registers")
+        unknown = sorted(set(keep) - set(spec.tunables_for(chip.backend)))
+        if unknown:
+            raise UsageError(f"--keep {','.join(unknown)}: no tunable of {spec.op} on {chip.backend}")
+    elif keep:
+        raise UsageError("--keep goes with --spill-free")
+    report = resources(root, spec, chip, rows, args.jobs, args.python, cache, args.compile_timeout or None)
+    if args.spill_free is not None:
+        from .resources import default_workers, spill_free
+
+        report["spill_free"] = spill_free(root, spec, chip, report, args.spill_free, args.seed, keep,
+                                          args.jobs or default_workers(), args.python, cache,
+                                          args.compile_timeout or None)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else text(report))
+    if "spill_free" in report and not args.json:
+        from .resources import spill_free_text
+
+        print(spill_free_text(report["spill_free"], keep))
     return 0
 
 
@@ -671,8 +693,14 @@ def main(argv: list[str] | None = None) -> int:
                                   "choices and --sample points a variant drawn from its space at the cases of "
                                   "--cases (default: bench, or the spec's first case set); exit 1 on an "
                                   "underestimate")
+    resources_p.add_argument("--spill-free", type=int, metavar="N",
+                             help="for each choice whose kernels spill, compile the N points of its space nearest it "
+                                  "(fewest tunables changed first) at its case, and name the nearest that spills nothing")
+    resources_p.add_argument("--keep", help="with --spill-free: tunables held at the choice's values "
+                                            "(comma-separated, e.g. CHUNK_MAXNREG,DOT_PRECISION)")
     resources_p.add_argument("--sample", type=int, default=2, help="with --check-budget: points drawn a variant")
-    resources_p.add_argument("--seed", type=int, default=0, help="with --check-budget: seed of the draw")
+    resources_p.add_argument("--seed", type=int, default=0, help="seed of --check-budget's draw and of "
+                                                                 "--spill-free's order among points as near")
     resources_p.add_argument("--variants", help="with --check-budget: only these variants (comma-separated)")
     resources_p.add_argument("--no-choices", action="store_true", help="with --check-budget: the drawn points alone")
     resources_p.set_defaults(func=_cmd_resources)

@@ -404,6 +404,76 @@ def compiled_call(root: Path, result: dict[str, Any], spec: OpSpec, chip: ChipPr
                                    **{k: item[k] for k in ("kernels", "error") if k in item}}}
 
 
+# --- spill-free alternatives ----------------------------------------------------------------------
+def spills(entry: Mapping[str, Any]) -> int:
+    """Spill bytes (stores and loads) a thread of a compiled entry's kernels, summed."""
+    return sum(k.get("spill_stores", 0) + k.get("spill_loads", 0) for k in entry.get("kernels", ()))
+
+
+def nearest_points(spec: OpSpec, chip: ChipProfile, variant: str, config: Mapping[str, Any],
+                   case: Mapping[str, Any], count: int, seed: int, keep: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Up to ``count`` points of ``variant``'s space at ``case`` (the tuner's: domains, fixed
+    tunables, constraints, budget) other than ``config``, those differing from it in the fewest
+    tunables first (ties in a draw seeded by ``seed``), each holding the tunables of ``keep`` at
+    ``config``'s values."""
+    held = {n: config[n] for n in keep}
+    found, _ = points(spec, find_variant(spec, variant), chip, _params(spec, case))
+    rng = random.Random(seed)
+    ranked = []
+    for point in found:
+        values = dict(point.config)
+        if values == dict(config) or any(values.get(n) != v for n, v in held.items()):
+            continue
+        ranked.append((sum(values.get(n) != v for n, v in config.items()), rng.random(), values))
+    ranked.sort(key=lambda t: t[:2])
+    return [values for _, _, values in ranked[:count]]
+
+
+def spill_free(root: Path, spec: OpSpec, chip: ChipProfile, report: Mapping[str, Any], count: int, seed: int = 0,
+               keep: Iterable[str] = (), workers: int = 1, python: str | None = None, cache: Path | None = None,
+               timeout: float | None = None) -> list[dict[str, Any]]:
+    """For each choice of a :func:`cuda_resources` report whose kernels spill: ``count`` points
+    of its space nearest it (:func:`nearest_points`), compiled at its case, and the nearest of
+    those whose kernels spill nothing (None where none of them does)."""
+    keep = tuple(keep)
+    spilling = [e for e in report["entries"] if e["role"] == "choice" and spills(e)]
+    tried = [[Entry("alternative", e["variant"], tuple(c.items()), tuple(e["case"].items()))
+              for c in nearest_points(spec, chip, e["variant"], e["config"], e["case"], count, seed, keep)]
+             for e in spilling]
+    compiled = cuda_resources(root, spec, chip, [a for t in tried for a in t], workers, python, cache, timeout)
+    figures = iter(compiled["entries"])
+    out = []
+    for e, alternatives in zip(spilling, tried):
+        found = [next(figures) for _ in alternatives]
+        clean = [f for f in found if "error" not in f and not any("error" in k for k in f["kernels"])
+                 and spills(f) == 0]
+        best = clean[0] if clean else None
+        out.append({"variant": e["variant"], "config": e["config"], "case": e["case"], "spills": spills(e),
+                    "regs": max(k["regs"] for k in e["kernels"]), "tried": len(found), "spill_free": len(clean),
+                    "nearest": None if best is None else {
+                        "changed": {n: v for n, v in best["config"].items() if e["config"].get(n) != v},
+                        "regs": max(k["regs"] for k in best["kernels"])}})
+    return out
+
+
+def spill_free_text(found: list[Mapping[str, Any]], keep: Iterable[str] = ()) -> str:
+    """:func:`spill_free`'s answer as lines for a person."""
+    held = f", {', '.join(keep)} held" if keep else ""
+    lines = [f"choices whose kernels spill, and the nearest points of their space that spill nothing{held}:"]
+    for f in found:
+        lines.append(f"  {f['variant']} at {_values(f['case'])}: {f['spills']} B spilled a thread, "
+                     f"{f['regs']} registers at most")
+        near = f["nearest"]
+        if near is None:
+            lines.append(f"    none of the {f['tried']} nearest points compiles without spills")
+        else:
+            lines.append(f"    nearest without spills: {_values(near['changed'])} ({near['regs']} registers at most); "
+                         f"{f['spill_free']} of the {f['tried']} nearest points spill nothing")
+    if not found:
+        lines.append("  none: no choice spills")
+    return "\n".join(lines)
+
+
 # --- the budget model against the compiler ------------------------------------------------------
 def sample_entries(spec: OpSpec, chip: ChipProfile, rows: list[Mapping[str, Any]], sample: int, seed: int,
                    variants: Iterable[str] | None = None) -> list[Entry]:

@@ -19,8 +19,8 @@ from opgen.explain import text as explain_text
 from opgen.hardware import profile
 from opgen.kernels import kernel_hashes
 from opgen.records import record_path
-from opgen.resources import (check_text, compiled_call, cuda_resources, occupancy, resources,
-                             table_entries)
+from opgen.resources import (check_text, compiled_call, cuda_resources, nearest_points, occupancy, resources,
+                             spill_free, spill_free_text, table_entries)
 from opgen.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec import load_spec
 from opgen.table import frozen_rows
@@ -199,3 +199,33 @@ def test_frozen_choices_compile_for_sm90(op, tmp_path):
         if record and record.get("reported") is not None:
             assert max(k["smem"] for k in entry["kernels"]) == record["reported"]
             assert max(k["regs"] for k in entry["kernels"]) == record["regs"]
+
+
+def test_spill_free_names_the_nearest_point_that_spills_nothing():
+    """The points tried for a spilling choice are its space's nearest (fewest tunables changed
+    first, the held ones never), compiled at its case; the answer is the first without spills."""
+    entry = next(e for e in table_entries(GLA, H200, _table(GLA.op)) if e.role == "choice")
+    config, case = dict(entry.config), dict(entry.case)
+    near = nearest_points(GLA, H200, entry.variant, config, case, 6, seed=1, keep=("num_warps",))
+    changed = [sum(p[n] != v for n, v in config.items()) for p in near]
+    assert len(near) == 6 and changed == sorted(changed) and changed[0] >= 1
+    assert all(p["num_warps"] == config["num_warps"] and p != config for p in near)
+    assert nearest_points(GLA, H200, entry.variant, config, case, 6, seed=1, keep=("num_warps",)) == near
+    report = cuda_resources(ROOT, GLA, H200, [entry], 1)
+    assert spill_free(ROOT, GLA, H200, report, 2) == []  # no GLA choice spills: nothing to try
+    (item,) = report["entries"]
+    item["kernels"] = [{**k, "spill_stores": 24} for k in item["kernels"]]  # as a spilling choice reads
+    (found,) = spill_free(ROOT, GLA, H200, report, 2, seed=1, keep=("num_warps",))
+    assert found["spills"] == 24 * len(item["kernels"]) and found["tried"] == 2 and found["spill_free"] == 2
+    assert found["nearest"]["changed"] == {n: v for n, v in near[0].items() if config[n] != v}
+    assert "nearest without spills" in spill_free_text([found], ("num_warps",))
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--spill-free", "0"], "1 or more"),
+    (["--spill-free", "2", "--keep", "NOPE"], "--keep NOPE: no tunable"),
+    (["--keep", "BK"], "--keep goes with --spill-free"),
+])
+def test_spill_free_settings_are_checked_first(argv, match, capsys):
+    assert main(["resources", GLA.op, "--chip", "h200", *argv]) == 2
+    assert match in capsys.readouterr().err
