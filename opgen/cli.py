@@ -629,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
     records_p.add_argument("op")
     records_p.add_argument("--chip", required=True)
     records_p.add_argument("--records", type=options.file_to_write, help="record file (default: records/<chip>/<op>.jsonl)")
-    records_p.add_argument("--pull", metavar="URL",
+    records_p.add_argument("--pull", metavar="URL", type=options.database_url,
                            help="first append the records a PostgreSQL tuning storage holds and the file lacks")
     records_p.set_defaults(func=_cmd_records)
     explain_p = sub.add_parser("explain", help="what the frozen table runs for one call's shape, and why")

@@ -328,6 +328,7 @@ def _main(capsys, *args: str) -> tuple[int, str]:
 
 
 TUNE = ("tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--dry-run")
+REPORT = ("report", "toy_op", "--chip", "interpreter")
 REPLAY = ("replay", "toy_op", "--chip", "interpreter", "--variant", "good", "--records", str(GLA))
 
 
@@ -392,6 +393,9 @@ def odd_paths(tmp_path):
     (("report", "toy_op", "--chip", "interpreter", "--storage", "{dir}/folder"),
      "argument --storage: {dir}/folder is a folder, not a file"),
     ((*REPLAY[:-2], "--records", "{dir}/nothing.jsonl"), "argument --records: no such file: {dir}/nothing.jsonl"),
+    ((*REPORT, "--storage", "sqlite:///{dir}/nothing.db"), "argument --storage: no such file: {dir}/nothing.db"),
+    ((*REPORT, "--storage", "sqlite://"), "argument --storage: expected an SQLite URL naming a database file"),
+    (("records", "toy_op", "--chip", "interpreter", "--pull", "{dir}/file"), "argument --pull: expected a database URL"),
     (("bench", "toy_op", "--baseline", "x", "--merge", "{dir}/dangling"), "argument --merge: {dir}/dangling is a link"),
     (("bench", "toy_op", "--baseline", "x", "--json", "{dir}/folder"), "argument --json: {dir}/folder is a folder"),
 ])
@@ -419,14 +423,29 @@ def test_a_records_file_that_is_no_file_is_refused_not_read_as_empty(tmp_path, k
 URL = "postgresql://user:PASSWORD@127.0.0.1:1/db"
 
 
-@pytest.mark.parametrize("args", [
-    ("report", "toy_op", "--chip", "interpreter", "--storage", URL),  # opgen's own error
-    ("report", "toy_op", "--chip", "interpreter", URL),  # argparse's: unrecognized arguments
-    ("records", "toy_op", "--chip", "interpreter", "--pull", URL.replace("postgresql", "mysql")),
+AT = URL.replace("PASSWORD", "PASS@WORD")  # a raw '@' in the password: the driver would print 'WORD@127.0.0.1'
+QUERY = "postgresql://127.0.0.1:1/db?sslmode=disable&password=PASSWORD"
+
+
+@pytest.mark.parametrize("args, shown", [
+    ((*REPORT, "--storage", URL), "user:***@127.0.0.1"),  # opgen's own error
+    ((*REPORT, URL), "user:***@127.0.0.1"),  # argparse's: unrecognized arguments
+    (("records", "toy_op", "--chip", "interpreter", "--pull", URL.replace("postgresql", "mysql")), "user:***@127.0.0.1"),
+    ((*REPORT, "--storage", QUERY), "password=***"),
+    ((*REPORT, "--storage", AT), "argument --storage: postgresql://user:***@127.0.0.1:1/db: more than one '@'"),
+    ((*TUNE, "--storage", AT), "argument --storage: postgresql://user:***@127.0.0.1:1/db: more than one '@'"),
+    (("records", "toy_op", "--chip", "interpreter", "--pull", AT), "argument --pull: postgresql://user:***@127.0.0.1"),
 ])
-def test_passwords_are_masked_in_every_message(capsys, args):
+def test_passwords_are_masked_in_every_message(capsys, args, shown):
     code, err = _main(capsys, *args)
-    assert code == 2 and "user:***@127.0.0.1" in err and "PASSWORD" not in err
+    assert code == 2 and shown in err and "PASS" not in err and "WORD" not in err
+
+
+@pytest.mark.parametrize("text", [URL, AT, QUERY, f"(got '{URL}')", f"{QUERY}&x=1 and {URL}"])
+def test_masked_leaves_no_part_of_a_password(text):
+    from opgen.options import masked
+
+    assert "PASS" not in masked(text) and "WORD" not in masked(text) and "127.0.0.1" in masked(text)
 
 
 # --- opgen explain and opgen bench: the calls the op refuses, the devices the host lacks --------
