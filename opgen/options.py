@@ -112,6 +112,18 @@ def device_list(text: str) -> str:
     return text
 
 
+def names(text: str) -> str:
+    """Comma-separated names, none empty and none twice (``good,wrong``): an empty list is no
+    shorthand for all of them."""
+    items = [n.strip() for n in text.split(",")]
+    if not all(items):
+        raise _refuse("comma-separated names, none empty", text)
+    twice = sorted({n for n in items if items.count(n) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given twice in {text!r}")
+    return ",".join(items)
+
+
 def _kinds(mode: int) -> str:
     """What a file is, as a message names it."""
     for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),

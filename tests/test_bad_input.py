@@ -342,6 +342,11 @@ REPLAY = ("replay", "toy_op", "--chip", "interpreter", "--variant", "good", "--r
     ((*TUNE, "--storage", "/tmp"), "argument --storage: /tmp is a folder, not a file"),
     ((*TUNE, "--devices", ""), "argument --devices: expected comma-separated device names"),
     ((*TUNE, "--devices", "cuda:0,,cuda:1"), "argument --devices: expected comma-separated device names"),
+    ((*TUNE, "--variants", ""), "argument --variants: expected comma-separated names, none empty, got ''"),
+    ((*TUNE, "--variants", "good,,wrong"), "argument --variants: expected comma-separated names, none empty"),
+    ((*TUNE, "--variants", "good, good"), "argument --variants: good given twice in 'good, good'"),
+    (("resources", "toy_op", "--chip", "h200", "--check-budget", "--variants", ","),
+     "argument --variants: expected comma-separated names, none empty, got ','"),
     ((*TUNE, "--compile-workers", "-1"), "argument --compile-workers: expected an integer >= 0, got '-1'"),
     ((*TUNE, "--study-seconds", "-1"), "argument --study-seconds: expected a finite number >= 0, got '-1'"),
     ((*TUNE, "--campaign-seconds", "nan"), "argument --campaign-seconds: expected a finite number >= 0, got 'nan'"),
@@ -402,6 +407,11 @@ def odd_paths(tmp_path):
 def test_paths_are_checked_for_their_kind_before_they_are_opened(capsys, odd_paths, args, expected):
     code, err = _main(capsys, *(a.format(dir=odd_paths) for a in args))
     assert code == 2 and expected.format(dir=odd_paths) in err and "Traceback" not in err
+
+
+def test_a_file_that_cannot_be_written_is_named_not_a_traceback(capsys):
+    code, err = _main(capsys, "schema", "--out", "/proc/opgen-schema.json")  # /proc takes no new file, root or not
+    assert code == 2 and "/proc/opgen-schema.json" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("kind", ["loop", "fifo", "folder"])
