@@ -54,13 +54,30 @@ def test_a_spec_that_is_not_utf8_is_an_error_not_a_decode_traceback(tmp_path):
     (lambda d: d["checks"][0].update(message="v must match {q_dtype:zz}"), "a message str.format can fill"),
     (lambda d: d["checks"][0].update(message="v must match {nothing}"), "placeholders among the inputs"),
     (lambda d: next(iter(d["cases"].values()))[0].update(T="fifty"), "a int value"),
+    (lambda d: next(iter(d["cases"].values()))[0].update(T=[37, 0]), "cases.interpreter.0.T: expected a size in [1, 2**63 - 1]; got 0"),
+    (lambda d: next(iter(d["cases"].values()))[0].update(B=2 ** 63), "expected a size in [1, 2**63 - 1]"),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[]), "tunables.BK.domain.cuda: expected at least one value"),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[32, 10 ** 40]),
+     "tunables.BK.domain.cuda.1: expected an int in [-2**63, 2**63 - 1]; got 1" + "0" * 40),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[32, float("inf")]), "tunables.BK.domain.cuda.1: expected a finite float"),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[16, "32", 64, True]),
+     "tunables.BK.domain.cuda: expected values of one kind (bool, int, float or str); got \"[16, '32', 64, True] (bool, int, str)\""),
+    (lambda d: d["tunables"]["BK"]["domain"].update(npu=[32, 64, 32]), "tunables.BK.domain.npu: expected each value once"),
 ])
 def test_values_the_generated_code_could_not_use_are_refused(tmp_path, change, expected):
     data = yaml.safe_load(GLA.read_text())
     change(data)
     stem = data["op"]
-    with pytest.raises(SpecError, match=expected):
+    with pytest.raises(SpecError) as info:
         load_spec(_write(tmp_path, _dump(data), stem), tmp_path)
+    assert expected in str(info.value)
+
+
+def test_an_integer_too_long_to_read_names_its_line(tmp_path):
+    text = GLA.read_text().replace("T: [37, 64, 100]", "T: [37, 64, " + "9" * 5000 + "]", 1)
+    line = text[:text.index("9" * 5000)].count("\n") + 1
+    with pytest.raises(SpecError, match=f"an integer of 5000 characters at line {line}, too long to read"):
+        load_spec(_write(tmp_path, text), tmp_path)
 
 
 @pytest.mark.parametrize("source, expected", [
