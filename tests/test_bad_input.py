@@ -285,6 +285,23 @@ def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, exp
     assert expected in str(info.value)
 
 
+@pytest.mark.parametrize("body, expected", [
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion too deep"),
+    ("{% for i in range(10 ** 9) %}{% endfor %}", "range(1000000000,) of 1000000000 items (at most 100000)"),
+    ("{% for i in range(0, 10 ** 12, 2) %}{% endfor %}", "of 500000000000 items (at most 100000)"),
+])
+def test_a_template_that_would_recurse_or_loop_without_end_is_named(tmp_path, body, expected):
+    from opgen.errors import RenderError
+    from opgen.render import environment, render
+
+    (tmp_path / "t.py.j2").write_text(f"x = 1  # {body}\n")
+    with pytest.raises(RenderError) as info:
+        render(environment([tmp_path]), "t.py.j2", {})
+    assert "template t.py.j2: " in str(info.value) and expected in str(info.value)
+    (tmp_path / "t.py.j2").write_text("x = {{ range(2, 8, 3) | list | length }}\n")
+    assert render(environment([tmp_path]), "t.py.j2", {}) == "x = 2\n"
+
+
 def test_a_template_without_launch_or_not_utf8_is_named(tmp_path):
     root = _toy(tmp_path)
     template = root / "templates" / "toy_op" / "kernel.py.j2"
