@@ -575,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
     tune_p.add_argument("--cases", default="bench", help="case set of the spec (default: bench)")
-    tune_p.add_argument("--variants", help="comma-separated variant names (default: all legal)")
+    tune_p.add_argument("--variants", type=options.names, help="comma-separated variant names (default: all legal)")
     tune_p.add_argument("--device", help="torch device (default: cuda:0, npu:0 or cpu)")
     tune_p.add_argument("--dry-run", action="store_true",
                         help="print the search space and exit (with --trials 0 --measure-fill: the buckets the "
@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     records_p.add_argument("op")
     records_p.add_argument("--chip", required=True)
     records_p.add_argument("--records", type=options.file_to_write, help="record file (default: records/<chip>/<op>.jsonl)")
-    records_p.add_argument("--pull", metavar="URL",
+    records_p.add_argument("--pull", metavar="URL", type=options.database_url,
                            help="first append the records a PostgreSQL tuning storage holds and the file lacks")
     records_p.set_defaults(func=_cmd_records)
     explain_p = sub.add_parser("explain", help="what the frozen table runs for one call's shape, and why")
@@ -701,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     resources_p.add_argument("--sample", type=int, default=2, help="with --check-budget: points drawn a variant")
     resources_p.add_argument("--seed", type=int, default=0, help="seed of --check-budget's draw and of "
                                                                  "--spill-free's order among points as near")
-    resources_p.add_argument("--variants", help="with --check-budget: only these variants (comma-separated)")
+    resources_p.add_argument("--variants", type=options.names, help="with --check-budget: only these variants (comma-separated)")
     resources_p.add_argument("--no-choices", action="store_true", help="with --check-budget: the drawn points alone")
     resources_p.set_defaults(func=_cmd_resources)
     report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
@@ -739,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file that cannot be read or written after its path was checked
+        where = f": {exc.filename}" if exc.filename else ""
+        print(options.masked(f"opgen {args.command}: error: {exc.strerror or exc}{where}"), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -19,12 +19,16 @@ import stat
 from pathlib import Path
 from typing import Callable
 
-_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@]*@")
+# The password of an URL runs to its last '@' (one holding a raw '@' is masked whole), and a
+# ``password=`` parameter of its query to the next separator.
+_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)[^\s'\"]*@")
+_QUERY_PASSWORD = re.compile(r"([?&;]password=)[^\s&;'\"]*", re.IGNORECASE)
 
 
 def masked(text: str) -> str:
-    """``text`` with the password of every URL in it shown as ``***``."""
-    return _CREDENTIALS.sub(r"\1***@", text)
+    """``text`` with the password of every URL in it shown as ``***``, in its user part or its
+    query (``?password=``)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _CREDENTIALS.sub(r"\1***@", text))
 
 
 class Parser(argparse.ArgumentParser):
@@ -108,6 +112,18 @@ def device_list(text: str) -> str:
     return text
 
 
+def names(text: str) -> str:
+    """Comma-separated names, none empty and none twice (``good,wrong``): an empty list is no
+    shorthand for all of them."""
+    items = [n.strip() for n in text.split(",")]
+    if not all(items):
+        raise _refuse("comma-separated names, none empty", text)
+    twice = sorted({n for n in items if items.count(n) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given twice in {text!r}")
+    return ",".join(items)
+
+
 def _kinds(mode: int) -> str:
     """What a file is, as a message names it."""
     for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
@@ -175,11 +191,34 @@ def _can_make(text: str) -> None:
         raise argparse.ArgumentTypeError(f"cannot make {text}: no permission to write in {above}")
 
 
+def database_url(text: str) -> str:
+    """A database URL (``postgresql://user:password@host/db``): one '@' at most before its query
+    (an '@' of a user or password written ``%40``, else the driver would take part of the
+    password for the host and print it)."""
+    if "://" not in text:
+        raise _refuse("a database URL (postgresql://user:password@host/db)", text)
+    if text.split("?", 1)[0].count("@") > 1:
+        raise argparse.ArgumentTypeError(masked(f"{text}: more than one '@' before the host (write an '@' of "
+                                                "the user or password as %40)"))
+    return text
+
+
 def storage(text: str) -> str:
-    """An optuna storage to tune in: an RDB URL, or a journal file to write (:func:`file_to_write`)."""
-    return text if "://" in text else file_to_write(text)
+    """An optuna storage to tune in: a database URL (:func:`database_url`), or a journal file to
+    write (:func:`file_to_write`)."""
+    return database_url(text) if "://" in text else file_to_write(text)
 
 
 def storage_to_read(text: str) -> str:
-    """An optuna storage to read: an RDB URL, or an existing journal file (:func:`file_to_read`)."""
-    return text if "://" in text else file_to_read(text)
+    """An optuna storage to read: a database URL (:func:`database_url`; an SQLite one naming an
+    existing file, which it would otherwise make empty), or an existing journal file
+    (:func:`file_to_read`)."""
+    if "://" not in text:
+        return file_to_read(text)
+    database_url(text)
+    if text.split("+", 1)[0].split("://", 1)[0] == "sqlite":
+        path = text.split("://", 1)[1].split("?", 1)[0]
+        if not path.startswith("/") or path == "/":
+            raise _refuse("an SQLite URL naming a database file (sqlite:///path)", text)
+        file_to_read(path[1:])
+    return text

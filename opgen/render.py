@@ -1,7 +1,9 @@
 """Rendering: the one Jinja environment, content hashes and the generated-file header.
 
 Templates see only data (the spec, a variant's flags, rendered formulas); they never reach the
-driver. Jinja runs with StrictUndefined, so a missing name is an error, not an empty string.
+driver. Jinja runs with StrictUndefined, so a missing name is an error, not an empty string;
+``range`` gives at most :data:`MAX_RANGE` items, and a template recursing without end is an error
+naming it.
 Uses ``wrap``, ``errors``.
 """
 from __future__ import annotations
@@ -53,8 +55,21 @@ def header(rows: Iterable[tuple[str, str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_RANGE = 100_000
+"""Items a template's ``range`` may give (a loop past it would hang the build)."""
+
+
+def bounded_range(*args: int) -> range:
+    """``range(*args)``, refused past :data:`MAX_RANGE` items."""
+    items = range(*args)
+    if len(items) > MAX_RANGE:
+        raise OverflowError(f"range{args} of {len(items)} items (at most {MAX_RANGE})")
+    return items
+
+
 def environment(template_dirs: list[Path]) -> jinja2.Environment:
-    """The Jinja environment: StrictUndefined, trimmed blocks, trailing newline kept."""
+    """The Jinja environment: StrictUndefined, trimmed blocks, trailing newline kept, ``range``
+    bounded (:func:`bounded_range`)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(d) for d in template_dirs]),
         undefined=jinja2.StrictUndefined,
@@ -64,6 +79,7 @@ def environment(template_dirs: list[Path]) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["py"] = py_literal
+    env.globals["range"] = bounded_range
     return env
 
 
@@ -84,13 +100,18 @@ def render(env: jinja2.Environment, template: str, context: dict[str, Any], widt
     ``width``, lines longer than it are wrapped (:func:`opgen.wrap.wrap_source`).
 
     Raises:
-        RenderError: naming the template on an undefined name, a template error or a syntax
-            error in the output.
+        RenderError: naming the template on an undefined name, a template error, a range past
+            its bound, endless recursion or a syntax error in the output.
     """
     try:
         text = env.get_template(template).render(**context)
     except jinja2.TemplateError as exc:
         raise RenderError(f"template {template}: {type(exc).__name__}: {exc}") from None
+    except RecursionError:  # a macro or include calling itself without end
+        raise RenderError(f"template {template}: recursion too deep (a macro or include calling itself "
+                          "without end?)") from None
+    except OverflowError as exc:  # a range past its bound
+        raise RenderError(f"template {template}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise RenderError(f"template {template} (or one it includes) is not UTF-8 text: byte "
                           f"{exc.object[exc.start]:#04x} at offset {exc.start}") from None

@@ -1,7 +1,8 @@
 """What a spec states, checked past its names and types: YAML without duplicate keys, the op's
-name, scalar defaults the generated code can hold, check messages that format, case values of
-their declared kinds. Called by :func:`opgen.spec.load_spec`; every error names the file, the
-key path and what was expected.
+name, scalar defaults the generated code can hold, check messages that format, tunable domains
+of values of one kind, each once, case values of their declared kinds (dims of at least 1).
+Called by :func:`opgen.spec.load_spec`; every error names the file, the key path and what was
+expected.
 Uses ``errors``.
 """
 from __future__ import annotations
@@ -21,7 +22,17 @@ RESERVED_OPS = frozenset({"torch", "triton", "numpy", "math", "os", "sys", "impo
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses a mapping with a key twice (YAML itself keeps the last)."""
+    """A safe YAML loader that refuses a mapping with a key twice (YAML itself keeps the last)
+    and an integer too long for Python to read, naming its line."""
+
+
+def _readable_int(loader: UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:  # past Python's limit on the digits of an int read from text
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(node.value)} characters at line {node.start_mark.line + 1}, "
+            "too long to read", node.start_mark) from None
 
 
 def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
@@ -38,6 +49,10 @@ def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool 
 
 
 UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _readable_int)
+
+# What a tensor's size and a tunable's integer value are: a 64-bit signed int of torch and Triton.
+MAX_INT = 2 ** 63 - 1
 
 
 def check_values(spec: Any, file: str, dtypes: Any) -> None:
@@ -53,7 +68,10 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
     names = set(spec.input_names()) | set(spec.params)
     for i, check in enumerate(spec.checks):
         _check_message(file, f"checks.{i}.message", check.message, names)
-    kinds = value_kinds(spec)
+    for name, tunable in spec.tunables.items():
+        for backend, domain in tunable.domain.items():
+            _check_domain(file, f"tunables.{name}.domain.{backend}", domain)
+    kinds, dims = value_kinds(spec), set(spec.dim_symbols())
     for set_name, rows in spec.cases.items():
         for i, row in enumerate(rows):
             for key, value in row.items():
@@ -61,6 +79,26 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
                 for v in (value if isinstance(value, tuple) else (value,)):
                     if kind is not None and not of_kind(kind, v, dtypes):
                         raise SpecError(file, f"cases.{set_name}.{i}.{key}", f"a {kind} value", v)
+                    if key in dims and not 1 <= v <= MAX_INT:  # a case of no element runs no kernel
+                        raise SpecError(file, f"cases.{set_name}.{i}.{key}", "a size in [1, 2**63 - 1]", v)
+
+
+def _check_domain(file: str, at: str, domain: tuple[Any, ...]) -> None:
+    """A tunable's domain on one backend: some values, each once, all of one kind (bools,
+    ints of 64 bits, finite floats or strings)."""
+    if not domain:
+        raise SpecError(file, at, "at least one value (an empty domain has no point to tune)", [])
+    for j, value in enumerate(domain):
+        if isinstance(value, int) and not isinstance(value, bool) and not -MAX_INT - 1 <= value <= MAX_INT:
+            raise SpecError(file, f"{at}.{j}", "an int in [-2**63, 2**63 - 1]", value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(file, f"{at}.{j}", "a finite float", value)
+    kinds = sorted({type(v).__name__ for v in domain})
+    if len(kinds) > 1:
+        raise SpecError(file, at, "values of one kind (bool, int, float or str)", f"{list(domain)} ({', '.join(kinds)})")
+    twice = sorted({v for v in domain if domain.count(v) > 1}, key=repr)
+    if twice:
+        raise SpecError(file, at, "each value once", f"{twice} given twice")
 
 
 def value_kinds(spec: Any) -> dict[str, str]:

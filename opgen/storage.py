@@ -12,7 +12,7 @@
   (``opgen.claims``) and records are kept in the database (``opgen.db_records``).
 - Any other RDB URL is opened as it is: hosts sharing it must split the work with ``--shard``.
 
-Uses ``errors``; ``claims`` and ``db_records`` for their tables.
+Uses ``errors``, ``options`` (to mask passwords); ``claims`` and ``db_records`` for their tables.
 """
 from __future__ import annotations
 
@@ -52,10 +52,12 @@ def shown(where: str) -> str:
         return where
     from sqlalchemy.engine import make_url
 
-    try:
-        return make_url(where).render_as_string(hide_password=True)
+    from .options import masked
+
+    try:  # a password in the URL's query too
+        return masked(make_url(where).render_as_string(hide_password=True))
     except Exception:  # an URL SQLAlchemy cannot parse is shown as given, up to its password
-        return where.split("@")[-1]
+        return masked(where.split("@")[-1])
 
 
 def worker_id() -> str:

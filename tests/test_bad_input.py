@@ -54,13 +54,30 @@ def test_a_spec_that_is_not_utf8_is_an_error_not_a_decode_traceback(tmp_path):
     (lambda d: d["checks"][0].update(message="v must match {q_dtype:zz}"), "a message str.format can fill"),
     (lambda d: d["checks"][0].update(message="v must match {nothing}"), "placeholders among the inputs"),
     (lambda d: next(iter(d["cases"].values()))[0].update(T="fifty"), "a int value"),
+    (lambda d: next(iter(d["cases"].values()))[0].update(T=[37, 0]), "cases.interpreter.0.T: expected a size in [1, 2**63 - 1]; got 0"),
+    (lambda d: next(iter(d["cases"].values()))[0].update(B=2 ** 63), "expected a size in [1, 2**63 - 1]"),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[]), "tunables.BK.domain.cuda: expected at least one value"),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[32, 10 ** 40]),
+     "tunables.BK.domain.cuda.1: expected an int in [-2**63, 2**63 - 1]; got 1" + "0" * 40),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[32, float("inf")]), "tunables.BK.domain.cuda.1: expected a finite float"),
+    (lambda d: d["tunables"]["BK"]["domain"].update(cuda=[16, "32", 64, True]),
+     "tunables.BK.domain.cuda: expected values of one kind (bool, int, float or str); got \"[16, '32', 64, True] (bool, int, str)\""),
+    (lambda d: d["tunables"]["BK"]["domain"].update(npu=[32, 64, 32]), "tunables.BK.domain.npu: expected each value once"),
 ])
 def test_values_the_generated_code_could_not_use_are_refused(tmp_path, change, expected):
     data = yaml.safe_load(GLA.read_text())
     change(data)
     stem = data["op"]
-    with pytest.raises(SpecError, match=expected):
+    with pytest.raises(SpecError) as info:
         load_spec(_write(tmp_path, _dump(data), stem), tmp_path)
+    assert expected in str(info.value)
+
+
+def test_an_integer_too_long_to_read_names_its_line(tmp_path):
+    text = GLA.read_text().replace("T: [37, 64, 100]", "T: [37, 64, " + "9" * 5000 + "]", 1)
+    line = text[:text.index("9" * 5000)].count("\n") + 1
+    with pytest.raises(SpecError, match=f"an integer of 5000 characters at line {line}, too long to read"):
+        load_spec(_write(tmp_path, text), tmp_path)
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -268,6 +285,23 @@ def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, exp
     assert expected in str(info.value)
 
 
+@pytest.mark.parametrize("body, expected", [
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion too deep"),
+    ("{% for i in range(10 ** 9) %}{% endfor %}", "range(1000000000,) of 1000000000 items (at most 100000)"),
+    ("{% for i in range(0, 10 ** 12, 2) %}{% endfor %}", "of 500000000000 items (at most 100000)"),
+])
+def test_a_template_that_would_recurse_or_loop_without_end_is_named(tmp_path, body, expected):
+    from opgen.errors import RenderError
+    from opgen.render import environment, render
+
+    (tmp_path / "t.py.j2").write_text(f"x = 1  # {body}\n")
+    with pytest.raises(RenderError) as info:
+        render(environment([tmp_path]), "t.py.j2", {})
+    assert "template t.py.j2: " in str(info.value) and expected in str(info.value)
+    (tmp_path / "t.py.j2").write_text("x = {{ range(2, 8, 3) | list | length }}\n")
+    assert render(environment([tmp_path]), "t.py.j2", {}) == "x = 2\n"
+
+
 def test_a_template_without_launch_or_not_utf8_is_named(tmp_path):
     root = _toy(tmp_path)
     template = root / "templates" / "toy_op" / "kernel.py.j2"
@@ -328,6 +362,7 @@ def _main(capsys, *args: str) -> tuple[int, str]:
 
 
 TUNE = ("tune", "toy_op", "--chip", "interpreter", "--cases", "smoke", "--dry-run")
+REPORT = ("report", "toy_op", "--chip", "interpreter")
 REPLAY = ("replay", "toy_op", "--chip", "interpreter", "--variant", "good", "--records", str(GLA))
 
 
@@ -341,6 +376,11 @@ REPLAY = ("replay", "toy_op", "--chip", "interpreter", "--variant", "good", "--r
     ((*TUNE, "--storage", "/tmp"), "argument --storage: /tmp is a folder, not a file"),
     ((*TUNE, "--devices", ""), "argument --devices: expected comma-separated device names"),
     ((*TUNE, "--devices", "cuda:0,,cuda:1"), "argument --devices: expected comma-separated device names"),
+    ((*TUNE, "--variants", ""), "argument --variants: expected comma-separated names, none empty, got ''"),
+    ((*TUNE, "--variants", "good,,wrong"), "argument --variants: expected comma-separated names, none empty"),
+    ((*TUNE, "--variants", "good, good"), "argument --variants: good given twice in 'good, good'"),
+    (("resources", "toy_op", "--chip", "h200", "--check-budget", "--variants", ","),
+     "argument --variants: expected comma-separated names, none empty, got ','"),
     ((*TUNE, "--compile-workers", "-1"), "argument --compile-workers: expected an integer >= 0, got '-1'"),
     ((*TUNE, "--study-seconds", "-1"), "argument --study-seconds: expected a finite number >= 0, got '-1'"),
     ((*TUNE, "--campaign-seconds", "nan"), "argument --campaign-seconds: expected a finite number >= 0, got 'nan'"),
@@ -392,12 +432,20 @@ def odd_paths(tmp_path):
     (("report", "toy_op", "--chip", "interpreter", "--storage", "{dir}/folder"),
      "argument --storage: {dir}/folder is a folder, not a file"),
     ((*REPLAY[:-2], "--records", "{dir}/nothing.jsonl"), "argument --records: no such file: {dir}/nothing.jsonl"),
+    ((*REPORT, "--storage", "sqlite:///{dir}/nothing.db"), "argument --storage: no such file: {dir}/nothing.db"),
+    ((*REPORT, "--storage", "sqlite://"), "argument --storage: expected an SQLite URL naming a database file"),
+    (("records", "toy_op", "--chip", "interpreter", "--pull", "{dir}/file"), "argument --pull: expected a database URL"),
     (("bench", "toy_op", "--baseline", "x", "--merge", "{dir}/dangling"), "argument --merge: {dir}/dangling is a link"),
     (("bench", "toy_op", "--baseline", "x", "--json", "{dir}/folder"), "argument --json: {dir}/folder is a folder"),
 ])
 def test_paths_are_checked_for_their_kind_before_they_are_opened(capsys, odd_paths, args, expected):
     code, err = _main(capsys, *(a.format(dir=odd_paths) for a in args))
     assert code == 2 and expected.format(dir=odd_paths) in err and "Traceback" not in err
+
+
+def test_a_file_that_cannot_be_written_is_named_not_a_traceback(capsys):
+    code, err = _main(capsys, "schema", "--out", "/proc/opgen-schema.json")  # /proc takes no new file, root or not
+    assert code == 2 and "/proc/opgen-schema.json" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("kind", ["loop", "fifo", "folder"])
@@ -419,14 +467,29 @@ def test_a_records_file_that_is_no_file_is_refused_not_read_as_empty(tmp_path, k
 URL = "postgresql://user:PASSWORD@127.0.0.1:1/db"
 
 
-@pytest.mark.parametrize("args", [
-    ("report", "toy_op", "--chip", "interpreter", "--storage", URL),  # opgen's own error
-    ("report", "toy_op", "--chip", "interpreter", URL),  # argparse's: unrecognized arguments
-    ("records", "toy_op", "--chip", "interpreter", "--pull", URL.replace("postgresql", "mysql")),
+AT = URL.replace("PASSWORD", "PASS@WORD")  # a raw '@' in the password: the driver would print 'WORD@127.0.0.1'
+QUERY = "postgresql://127.0.0.1:1/db?sslmode=disable&password=PASSWORD"
+
+
+@pytest.mark.parametrize("args, shown", [
+    ((*REPORT, "--storage", URL), "user:***@127.0.0.1"),  # opgen's own error
+    ((*REPORT, URL), "user:***@127.0.0.1"),  # argparse's: unrecognized arguments
+    (("records", "toy_op", "--chip", "interpreter", "--pull", URL.replace("postgresql", "mysql")), "user:***@127.0.0.1"),
+    ((*REPORT, "--storage", QUERY), "password=***"),
+    ((*REPORT, "--storage", AT), "argument --storage: postgresql://user:***@127.0.0.1:1/db: more than one '@'"),
+    ((*TUNE, "--storage", AT), "argument --storage: postgresql://user:***@127.0.0.1:1/db: more than one '@'"),
+    (("records", "toy_op", "--chip", "interpreter", "--pull", AT), "argument --pull: postgresql://user:***@127.0.0.1"),
 ])
-def test_passwords_are_masked_in_every_message(capsys, args):
+def test_passwords_are_masked_in_every_message(capsys, args, shown):
     code, err = _main(capsys, *args)
-    assert code == 2 and "user:***@127.0.0.1" in err and "PASSWORD" not in err
+    assert code == 2 and shown in err and "PASS" not in err and "WORD" not in err
+
+
+@pytest.mark.parametrize("text", [URL, AT, QUERY, f"(got '{URL}')", f"{QUERY}&x=1 and {URL}"])
+def test_masked_leaves_no_part_of_a_password(text):
+    from opgen.options import masked
+
+    assert "PASS" not in masked(text) and "WORD" not in masked(text) and "127.0.0.1" in masked(text)
 
 
 # --- opgen explain and opgen bench: the calls the op refuses, the devices the host lacks --------
