@@ -2,18 +2,20 @@
 
 Templates see only data (the spec, a variant's flags, rendered formulas); they never reach the
 driver. Jinja runs with StrictUndefined, so a missing name is an error, not an empty string;
-``range`` gives at most :data:`MAX_RANGE` items, and a template recursing without end is an error
-naming it.
+``range`` gives at most :data:`MAX_RANGE` items, ``*``, ``**``, ``%`` and string formatting build
+nothing past :data:`MAX_ITEMS`, and a template recursing without end is an error naming it.
 Uses ``wrap``, ``errors``.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
 import jinja2
+from jinja2.sandbox import SandboxedEnvironment
 
 from .errors import RenderError
 from .wrap import wrap_source
@@ -67,10 +69,75 @@ def bounded_range(*args: int) -> range:
     return items
 
 
+MAX_ITEMS = 1_000_000
+"""Characters or items a template's ``*``, ``%``, ``format`` or ``center`` may build, and the bits
+of an integer its ``*`` or ``**`` may make (a larger value would exhaust memory or time)."""
+_WIDTH = re.compile(r"(?:%[-+ #0]*|\{[^{}]*:[^{}]*?)(\d+)(?:\.(\d+))?")
+
+
+def _size(value: Any) -> int | None:
+    """A built value's size as :data:`MAX_ITEMS` counts it: characters, items or bits."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value.bit_length()
+    return len(value) if isinstance(value, (str, list, tuple)) else None
+
+
+def _widths(fmt: str) -> None:
+    """Refuse a format string whose field widths or precisions pass :data:`MAX_ITEMS`."""
+    for m in _WIDTH.finditer(fmt):
+        if any(g is not None and len(g) > 7 or g is not None and int(g) > MAX_ITEMS for g in m.groups()):
+            raise OverflowError(f"a format width past {MAX_ITEMS} in {fmt[:60]!r}")
+
+
+class BoundedEnvironment(SandboxedEnvironment):
+    """Jinja's restricted environment with ``*``, ``**``, ``%`` and ``str.format`` checked before
+    they build: a value past :data:`MAX_ITEMS` characters, items or bits is an OverflowError."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        a, b = _size(left), _size(right)
+        if operator == "*" and a is not None and b is not None:
+            length = (a * right if isinstance(right, int) else b * left) if isinstance(left, (str, list, tuple)) \
+                or isinstance(right, (str, list, tuple)) else a + b
+            if length > MAX_ITEMS:
+                raise OverflowError(f"{type(left).__name__} * {type(right).__name__} past {MAX_ITEMS}")
+        elif operator == "**" and isinstance(left, int) and isinstance(right, int) and a is not None:
+            if right > 0 and max(a, 1) * right > MAX_ITEMS:
+                raise OverflowError(f"an int of {a} bits ** {right}: past {MAX_ITEMS} bits")
+        elif operator == "%" and isinstance(left, str):
+            _widths(left)
+        return super().call_binop(context, operator, left, right)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """Jinja's checked ``str.format``, its format string's widths checked first."""
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        _widths(value.__self__)
+        return wrapped
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if getattr(__obj, "__self__", None).__class__ is str and getattr(__obj, "__name__", "") in (
+                "center", "ljust", "rjust", "zfill", "expandtabs"):
+            _widths(__obj.__self__)
+            if any(isinstance(a, int) and not isinstance(a, bool) and a > MAX_ITEMS for a in args):
+                raise OverflowError(f"str.{__obj.__name__} past {MAX_ITEMS} characters")
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+def _center(value: Any, width: int = 80) -> str:
+    if width > MAX_ITEMS:
+        raise OverflowError(f"center({width}) past {MAX_ITEMS} characters")
+    return str(value).center(width)
+
+
 def environment(template_dirs: list[Path]) -> jinja2.Environment:
-    """The Jinja environment: StrictUndefined, trimmed blocks, trailing newline kept, ``range``
-    bounded (:func:`bounded_range`)."""
-    env = jinja2.Environment(
+    """The Jinja environment (:class:`BoundedEnvironment`): StrictUndefined, trimmed blocks,
+    trailing newline kept, ``range`` bounded (:func:`bounded_range`)."""
+    env = BoundedEnvironment(
         loader=jinja2.FileSystemLoader([str(d) for d in template_dirs]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -79,6 +146,7 @@ def environment(template_dirs: list[Path]) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["py"] = py_literal
+    env.filters["center"] = _center
     env.globals["range"] = bounded_range
     return env
 
@@ -110,7 +178,7 @@ def render(env: jinja2.Environment, template: str, context: dict[str, Any], widt
     except RecursionError:  # a macro or include calling itself without end
         raise RenderError(f"template {template}: recursion too deep (a macro or include calling itself "
                           "without end?)") from None
-    except OverflowError as exc:  # a range past its bound
+    except OverflowError as exc:  # a value past its bound
         raise RenderError(f"template {template}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise RenderError(f"template {template} (or one it includes) is not UTF-8 text: byte "

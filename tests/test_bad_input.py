@@ -289,6 +289,15 @@ def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, exp
     ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion too deep"),
     ("{% for i in range(10 ** 9) %}{% endfor %}", "range(1000000000,) of 1000000000 items (at most 100000)"),
     ("{% for i in range(0, 10 ** 12, 2) %}{% endfor %}", "of 500000000000 items (at most 100000)"),
+    ("{{ ('x' * 4096) * 4096 * 4096 }}", "str * int past 1000000"),
+    ("{{ [0] * 10 ** 9 }}", "list * int past 1000000"),
+    ("{{ 2 ** 64 ** 64 ** 64 ** 64 }}", "an int of 262145 bits ** 64: past 1000000 bits"),  # left to right
+    ("{{ 3 ** (10 ** 7) }}", "an int of 2 bits ** 10000000: past 1000000 bits"),
+    ("{{ '%0999999999999d' % 1 }}", "a format width past 1000000"),
+    ("{{ '{:0999999999d}'.format(1) }}", "a format width past 1000000"),
+    ("{{ 'x'.center(10 ** 10) }}", "str.center past 1000000 characters"),
+    ("{{ 'x' | center(10 ** 10) }}", "center(10000000000) past 1000000 characters"),
+    ("{{ ''.__class__ }}", "unsafe"),
 ])
 def test_a_template_that_would_recurse_or_loop_without_end_is_named(tmp_path, body, expected):
     from opgen.errors import RenderError
