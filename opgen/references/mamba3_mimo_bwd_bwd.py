@@ -68,7 +68,7 @@ from opgen.errors import OpgenError
 from opgen.references import mamba3_mimo_bwd_fwd as stage_one
 from opgen.references.mamba3_mimo_forward import cumulative_angles, gammas, rotate
 
-__all__ = ["golden", "reference_fp32", "full_backward_reference", "reduce_heads", "trap_grads",
+__all__ = ["golden", "reference_fp32", "magnitude", "make_inputs", "full_backward_reference", "reduce_heads", "trap_grads",
            "decay_grads", "angle_grads", "OUTPUTS"]
 
 _WHO = "mamba3_mimo_bwd_bwd reference"
@@ -233,6 +233,52 @@ def reference_fp32(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
                 mimo_o=mimo_o, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap,
                 segsum=segsum, states=states, qk_dot=qk_dot, mimo_z=mimo_z, d=d, z=z)
     return _evaluate(args, chunk_size, rotary_dim_divisor, torch.float32, device)
+
+
+def magnitude(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              q_bias: torch.Tensor, k_bias: torch.Tensor, mimo_v: torch.Tensor,
+              mimo_o: torch.Tensor, angles: torch.Tensor, da_cs: torch.Tensor,
+              da_cs_rev: torch.Tensor, dt: torch.Tensor, trap: torch.Tensor,
+              segsum: torch.Tensor, states: torch.Tensor, qk_dot: torch.Tensor,
+              mimo_z: torch.Tensor | None = None, d: torch.Tensor | None = None,
+              z: torch.Tensor | None = None, chunk_size: int = 16,
+              rotary_dim_divisor: int = 4, device: str | torch.device = "cpu"
+              ) -> dict[str, torch.Tensor | None]:
+    """A float64 scale of each output's terms: |golden| of the inputs' absolute values, unrotated.
+
+    Every input is replaced by |x| and the angles by 0, so the products and sums carry no sign
+    (the angle gradient still subtracts, and the SiLU gate keeps its sign changes): a scale for
+    reports, not a bound on the terms (this op's ``accuracy.domain_check`` is off).
+    """
+    args = dict(dout=dout, q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v,
+                mimo_o=mimo_o, angles=torch.zeros_like(angles), da_cs=da_cs, da_cs_rev=da_cs_rev,
+                dt=dt, trap=trap, segsum=segsum, states=states, qk_dot=qk_dot, mimo_z=mimo_z, d=d,
+                z=z)
+    args = {n: (t.abs() if t is not None and n not in ("da_cs", "da_cs_rev", "segsum", "trap")
+                else t) for n, t in args.items()}
+    out = _evaluate(args, chunk_size, rotary_dim_divisor, torch.float64, device)
+    return {n: (t.abs() if t is not None else None) for n, t in out.items()}
+
+
+def make_inputs(B: int, S: int, H: int, G: int, N: int, P: int, R: int, chunk_size: int = 16,
+                rotary_dim_divisor: int = 4, dtype: torch.dtype = torch.bfloat16,
+                has_z: bool = True, has_d: bool = True, seed: int = 0,
+                device: str | torch.device = "cpu") -> dict[str, object]:
+    """The first stage's ``make_inputs`` plus its float64 ``states`` and ``qk_dot`` rounded to fp32.
+
+    The states and qk_dot are what ``mamba3_mimo_bwd_fwd`` writes at its default output dtype
+    (float32), computed by that stage's golden from the same inputs.
+
+    Returns:
+        Every argument of ``golden`` by name (device excluded): ready for ``golden(**inputs)``.
+    """
+    x = stage_one.make_inputs(B, S, H, G, N, P, R, chunk_size=chunk_size,
+                              rotary_dim_divisor=rotary_dim_divisor, dtype=dtype, has_z=has_z,
+                              has_d=has_d, seed=seed, device=device)
+    first = stage_one.recompute(**x, device=device)
+    x["states"] = first["states"].float()
+    x["qk_dot"] = first["qk_dot"].float()
+    return x
 
 
 # -- the reductions outside the stage ----------------------------------------------------------
