@@ -27,7 +27,7 @@ from .bucket_shapes import (bucket_corner, case_params as _params, edge_params, 
                             plain_fields)
 from .errors import BudgetError, ExprError, RecordError, SpecError
 from .fits import _fits, legal_across, point_fits, serves_bucket
-from .hardware import ChipProfile
+from .hardware import ChipProfile, figures
 from .keys import Key, key_of, key_text, sort_key, split_key_field
 from .records import (CheckRecord, MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, latest_measure_runs,
                       read, read_paths)
@@ -191,8 +191,7 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         RecordError: a malformed or foreign record, or a fresh winner illegal for its own case.
         BudgetError: a fresh winner over the chip's budget.
     """
-    content = tuple(_content(p) for p, _ in read_paths(path, chip))
-    memo = (id(spec), chip.name, str(path), content, tuple(sorted(kernel_hashes.items())), fill)
+    memo = (id(spec), records_key(path, chip), tuple(sorted(kernel_hashes.items())), fill)
     if memo not in _TABLES:
         if len(_TABLES) > 16:
             _TABLES.clear()
@@ -200,9 +199,18 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
     return _TABLES[memo][1]
 
 
-# (id(spec), chip, path, its content's digest, kernel hashes, fill) -> (spec, table): the spec is
+# (id(spec), records_key, kernel hashes, fill) -> (spec, table): the spec is
 # held so that its id stays its own; a table takes seconds to freeze and is read several times a run
 _TABLES: dict[tuple[Any, ...], tuple[OpSpec, FrozenTable]] = {}
+
+
+def records_key(path: Path, chip: ChipProfile) -> tuple[Any, ...]:
+    """What a table frozen from ``path`` on ``chip`` depends on besides the spec and kernels: the
+    chip's figures and each records file read that exists, with its content's digest. A chip that
+    reads only the records it inherits gets its parent's key, so the table is frozen once."""
+    read = tuple((str(p), name, digest) for p, name in read_paths(path, chip)
+                 if (digest := _content(p)) is not None)
+    return tuple(sorted(figures(chip).items())), read or (str(path),)
 
 
 def _content(path: Path) -> str | None:
