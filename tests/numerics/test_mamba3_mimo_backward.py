@@ -1,4 +1,4 @@
-"""The composed Mamba-3 MIMO backward on the CPU interpreter against autograd of the float64 forward.
+"""The composed Mamba-3 MIMO backward on the CPU interpreter against float64 autograd of the forward.
 
 Every gradient of ``composed.mamba3_mimo_backward`` (the function, the custom op and the autograd
 path) is compared with ``forward_grads``, float64 autograd of the chunked reference forward, on
@@ -40,7 +40,8 @@ def _check(grads, x, raw_angles, bar_of=lambda name, dtype: FP32_BAR):
         if g is None:
             assert out is None, f"d{name}: given for an absent input"
             continue
-        assert out is not None and out.shape == g.shape, f"d{name}: {None if out is None else tuple(out.shape)} for {tuple(g.shape)}"
+        got = None if out is None else tuple(out.shape)
+        assert got == tuple(g.shape), f"d{name}: shape {got}, want {tuple(g.shape)}"
         assert g.abs().max() > 0, f"d{name}: the golden is all zero (a vacuous check)"
         err = max(max_abs_rel(out.double(), g), rel_l2(out.double(), g))
         bar = bar_of(name, out.dtype)
