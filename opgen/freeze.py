@@ -192,12 +192,14 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     variants = sorted({(v.name, tuple(o for _, o in v.options)) for r in ("cuda", "npu")
                        for v in variants_for(spec, r)})
     uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
+    static = [a for a in spec.api.launch_args if a not in spec.signature.tensors and a not in spec.signature.outputs]
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
                 variants=variants, defaults=defaults, budgets=budgets, legality=legality,
                 legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=sorted(fixed_names), key=key,
                 param_names=list(spec.param_names()),
                 launch_args=list(spec.api.launch_args),
+                static_args=static,
                 helpers="\n\n".join(filter(None, [python_helpers(calls), inspect.getsource(bucket_index)])).rstrip("\n"),
                 chips=[(p.backend, p.device_names, p.name) for p in PROFILES.values()
                        if p.backend in ("cuda", "npu")],

@@ -1,0 +1,66 @@
+"""The generated API's short path: a call whose signature (shapes, dtypes, devices, scalars'
+types and values) was seen before goes straight to the kernels its first call chose, with the
+same outputs; any other call runs every check, so a bad argument is still named."""
+import pytest
+import torch
+
+from opgen.references.chunk_gla_fwd_o_gk import make_inputs
+
+
+@pytest.fixture(autouse=True)
+def interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture()
+def gla(monkeypatch):
+    """The generated GLA module with an empty signature cache and its kernels' launches counted."""
+    import generated.chunk_gla_fwd_o_gk as module
+
+    monkeypatch.setattr(module, "_SEEN", {})
+    launches = []
+    real = module._kernel_module
+
+    def counted(rendering, variant):
+        launches.append(variant)
+        return real(rendering, variant)
+    monkeypatch.setattr(module, "_kernel_module", counted)
+    return module, launches
+
+
+def test_a_seen_signature_skips_the_checks_and_runs_the_same_kernels(gla, monkeypatch):
+    module, launches = gla
+    x = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=3)
+    first = module.chunk_gla_fwd_o_gk(**x)
+    assert len(module._SEEN) == 1 and len(launches) == 1
+    monkeypatch.setattr(module, "_tensor", None)  # the checks are not run again: calling it would fail
+    y = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=4)  # other values, same signature
+    second = module.chunk_gla_fwd_o_gk(**y)
+    again = module.chunk_gla_fwd_o_gk(**x)
+    assert len(launches) == 1 and len(module._SEEN) == 1  # no lookup, no new entry
+    assert torch.equal(again, first) and not torch.equal(second, first)
+    transposed = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # same signature, other strides
+    assert torch.equal(module.chunk_gla_fwd_o_gk(**{**x, "q": transposed}), first)
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (dict(use_exp2=1), TypeError, "use_exp2"),  # equal to True, but no bool
+    (dict(scale=[0.1]), TypeError, "scale"),  # unhashable
+    (dict(chunk_size=48), ValueError, "chunk_size must be one of 32, 64"),
+    (dict(q="q"), TypeError, "q"),
+])
+def test_a_call_off_the_seen_signatures_runs_every_check(gla, change, error, match):
+    module, launches = gla
+    x = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=3)
+    module.chunk_gla_fwd_o_gk(**x, use_exp2=True)
+    with pytest.raises(error, match=match):
+        module.chunk_gla_fwd_o_gk(**{**x, "use_exp2": True, **change})
+    assert len(launches) == 1 and len(module._SEEN) == 1
+
+
+def test_the_signature_cache_is_bounded(gla, monkeypatch):
+    module, launches = gla
+    monkeypatch.setattr(module, "_SEEN_MAX", 2)
+    for T in (40, 41, 42):
+        module.chunk_gla_fwd_o_gk(**make_inputs(1, T, 1, 16, 16, 32, dtype=torch.float16, seed=T))
+    assert len(launches) == 3 and len(module._SEEN) == 1  # full at the third: emptied, then its own
