@@ -314,8 +314,9 @@ def read_paths(path: Path, chip: ChipProfile) -> tuple[tuple[Path, str], ...]:
     """The files read as ``chip``'s records at ``path``, each with the chip its records name:
     where ``path`` is ``chip``'s own file (``records/<chip>/<op>.jsonl``) and ``chip`` inherits
     another's (:func:`opgen.hardware.inherited`), that chip's file of the op first, where it
-    exists, then ``path``. Read in that order, a winner or measure of ``chip``'s own stands over the parent chip's
-    for its bucket, as a later record does; a bucket it never measured keeps the parent chip's."""
+    exists, then ``path``. Read in that order, a winner or measure of ``chip``'s own stands over
+    the other chip's for its bucket, as a later record does; a bucket it never measured keeps the
+    other chip's."""
     source = inherited(chip)
     own = ((path, chip.name),)
     if source is None or path.parent.name != chip.name:
