@@ -100,8 +100,8 @@ class BoundedEnvironment(SandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         a, b = _size(left), _size(right)
         if operator == "*" and a is not None and b is not None:
-            length = (a * right if isinstance(right, int) else b * left) if isinstance(left, (str, list, tuple)) \
-                or isinstance(right, (str, list, tuple)) else a + b
+            ints = isinstance(left, int), isinstance(right, int)
+            length = a + b if all(ints) else a * right if ints[1] else b * left if ints[0] else 0
             if length > MAX_ITEMS:
                 raise OverflowError(f"{type(left).__name__} * {type(right).__name__} past {MAX_ITEMS}")
         elif operator == "**" and isinstance(left, int) and isinstance(right, int) and a is not None:
@@ -168,8 +168,9 @@ def render(env: jinja2.Environment, template: str, context: dict[str, Any], widt
     ``width``, lines longer than it are wrapped (:func:`opgen.wrap.wrap_source`).
 
     Raises:
-        RenderError: naming the template on an undefined name, a template error, a range past
-            its bound, endless recursion or a syntax error in the output.
+        RenderError: naming the template on an undefined name, a template error, a value past
+            its bound, endless recursion, an operation on values that do not take it (``1 / 0``,
+            ``[1] * [2]``) or a syntax error in the output.
     """
     try:
         text = env.get_template(template).render(**context)
@@ -183,6 +184,8 @@ def render(env: jinja2.Environment, template: str, context: dict[str, Any], widt
     except UnicodeDecodeError as exc:
         raise RenderError(f"template {template} (or one it includes) is not UTF-8 text: byte "
                           f"{exc.object[exc.start]:#04x} at offset {exc.start}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:  # an operation on values that do not take it
+        raise RenderError(f"template {template}: {type(exc).__name__}: {exc}") from None
     text = _tidy(text)
     if width is not None:
         text = wrap_source(text, width)

@@ -298,6 +298,9 @@ def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, exp
     ("{{ 'x'.center(10 ** 10) }}", "str.center past 1000000 characters"),
     ("{{ 'x' | center(10 ** 10) }}", "center(10000000000) past 1000000 characters"),
     ("{{ ''.__class__ }}", "unsafe"),
+    ("{{ [1] * [2] }}", "TypeError: can't multiply sequence"),
+    ("{{ 1 // 0 }}", "ZeroDivisionError"),
+    ("{{ 'x' * 3.5 }}", "TypeError"),
 ])
 def test_a_template_that_would_recurse_or_loop_without_end_is_named(tmp_path, body, expected):
     from opgen.errors import RenderError
