@@ -696,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
     resources_p.add_argument("--spill-free", type=int, metavar="N",
                              help="for each choice whose kernels spill, compile the N points of its space nearest it "
                                   "(fewest tunables changed first) at its case, and name the nearest that spills nothing")
-    resources_p.add_argument("--keep", help="with --spill-free: tunables held at the choice's values "
+    resources_p.add_argument("--keep", type=options.names, help="with --spill-free: tunables held at the choice's values "
                                             "(comma-separated, e.g. CHUNK_MAXNREG,DOT_PRECISION)")
     resources_p.add_argument("--sample", type=int, default=2, help="with --check-budget: points drawn a variant")
     resources_p.add_argument("--seed", type=int, default=0, help="seed of --check-budget's draw and of "

@@ -641,19 +641,15 @@ def fill_gate(spec: OpSpec, chip: ChipProfile, records_path: Path, kernel_hashes
     tuned bucket; for each one it loses, the keys of ``filled`` (the table's rule-filled buckets)
     one bucket step from it with its plain fields, to measure (computed once a process for the same
     records, chip figures, kernels and filled keys: a chip that inherits its records shares it)."""
-    from .table import records_key
+    from .table import once, records_key
 
     filled = list(filled)
     memo = (id(spec), records_key(records_path, chip), tuple(sorted(kernel_hashes.items())), tuple(filled))
-    if memo not in _GATES:
-        if len(_GATES) > 16:
-            _GATES.clear()
-        _GATES[memo] = (spec, _fill_gate(spec, chip, records_path, kernel_hashes, filled))
-    return _GATES[memo][1]
+    return once(_GATES, memo, spec, lambda: _fill_gate(spec, chip, records_path, kernel_hashes, filled))
 
 
-# (id(spec), records_key, kernel hashes, filled keys) -> (spec, gate): the spec is held so that its
-# id stays its own; a gate takes seconds (a leave-one-out over every bucket)
+# (id(spec), records_key, kernel hashes, filled keys) -> (spec, gate): a gate takes seconds (a
+# leave-one-out over every bucket)
 _GATES: dict[tuple[Any, ...], tuple[OpSpec, FillGate]] = {}
 
 

@@ -38,7 +38,7 @@ from .spec import OpSpec
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
            "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits", "default_source",
-           "pending_winners", "Winners"]
+           "pending_winners", "Winners", "once", "records_key"]
 
 
 class Row(NamedTuple):
@@ -192,16 +192,24 @@ def frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapp
         BudgetError: a fresh winner over the chip's budget.
     """
     memo = (id(spec), records_key(path, chip), tuple(sorted(kernel_hashes.items())), fill)
-    if memo not in _TABLES:
-        if len(_TABLES) > 16:
-            _TABLES.clear()
-        _TABLES[memo] = (spec, _frozen_rows(spec, chip, path, kernel_hashes, fill))
-    return _TABLES[memo][1]
+    return once(_TABLES, memo, spec, lambda: _frozen_rows(spec, chip, path, kernel_hashes, fill))
 
 
-# (id(spec), records_key, kernel hashes, fill) -> (spec, table): the spec is
-# held so that its id stays its own; a table takes seconds to freeze and is read several times a run
+# (id(spec), records_key, kernel hashes, fill) -> (spec, table): a table takes seconds to freeze
+# and is read several times a run
 _TABLES: dict[tuple[Any, ...], tuple[OpSpec, FrozenTable]] = {}
+
+
+def once(cache: dict[tuple[Any, ...], tuple[OpSpec, Any]], memo: tuple[Any, ...], spec: OpSpec,
+         compute: Callable[[], Any]) -> Any:
+    """``compute()``'s value, computed once for ``memo`` (whose first item is ``id(spec)``) while
+    ``cache`` holds it: the spec is held beside the value so that its id stays its own, and the
+    cache is emptied when it would pass 17 entries."""
+    if memo not in cache:
+        if len(cache) > 16:
+            cache.clear()
+        cache[memo] = (spec, compute())
+    return cache[memo][1]
 
 
 def records_key(path: Path, chip: ChipProfile) -> tuple[Any, ...]:
