@@ -1,9 +1,9 @@
 """The timing protocol: warm-up, repeats with a cache flush before each, the median, and a
 side-by-side re-measure of the best few so drift between them cancels. Uses ``backends``.
 
-Before each timed call the device is also held busy (``Backend.hold``), so the timer measures the
-device's work: the host's launch overhead (argument checks, dispatch, Triton's launcher) is measured
-apart by :func:`host_overhead`.
+Before each timed call the device is also held busy (``Backend.hold``) for longer than the call's
+host work, measured first, so the timer measures the device's work: the host's launch overhead
+(argument checks, dispatch, Triton's launcher) is measured apart by :func:`host_overhead`.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class Protocol:
 
 
 DEFAULT = Protocol()
+HOLD_MARGIN = 2.0  # the hold before a timed call covers this many times the call's host work
 
 
 def measure(backend: Backend, fn: Callable[[], object], protocol: Protocol = DEFAULT) -> list[float]:
@@ -38,13 +39,14 @@ def measure(backend: Backend, fn: Callable[[], object], protocol: Protocol = DEF
     for _ in range(protocol.warmup):
         fn()
     backend.synchronize()
+    cover = HOLD_MARGIN * host_overhead(backend, fn, calls=3) if protocol.hold else 0.0
     timer = backend.timer()
     times = []
     for _ in range(protocol.repeat):
         if protocol.flush:
             backend.flush(protocol.dirty)
         if protocol.hold:
-            backend.hold(protocol.dirty)
+            backend.hold(protocol.dirty, cover)
         times.append(timer(fn))
     return times
 

@@ -72,6 +72,7 @@ class _RecordingBackend:
 
     def __init__(self):
         self.log = []
+        self.covers = []
 
     def synchronize(self):
         self.log.append("sync")
@@ -79,8 +80,9 @@ class _RecordingBackend:
     def flush(self, dirty=False):
         self.log.append("flush dirty" if dirty else "flush")
 
-    def hold(self, dirty=False):
+    def hold(self, dirty=False, cover_s=0.0):
         self.log.append("hold dirty" if dirty else "hold")
+        self.covers.append(cover_s)
 
     def timer(self):
         def measure(fn):
@@ -96,14 +98,27 @@ def test_each_timed_call_follows_a_flush_and_a_hold():
 
     backend = _RecordingBackend()
     times = bench.measure(backend, lambda: backend.log.append("call"), bench.Protocol(warmup=1, repeat=2))
+    host = ["call", "sync", "hold", "call", "call", "call", "sync"]  # the call's host work, measured first
     assert times == [1.0, 1.0]
-    assert backend.log == ["call", "sync"] + ["flush", "hold", "start", "call", "end"] * 2
+    assert backend.log == ["call", "sync"] + host + ["flush", "hold", "start", "call", "end"] * 2
     backend.log.clear()
     bench.measure(backend, lambda: backend.log.append("call"), bench.Protocol(warmup=0, repeat=1, flush=False, hold=False))
     assert backend.log == ["sync", "start", "call", "end"]
     backend.log.clear()
     bench.measure(backend, lambda: backend.log.append("call"), bench.Protocol(warmup=0, repeat=1, dirty=True))
-    assert backend.log == ["sync", "flush dirty", "hold dirty", "start", "call", "end"]
+    assert backend.log == ["sync"] + host + ["flush dirty", "hold dirty", "start", "call", "end"]
+
+
+def test_the_hold_before_a_timed_call_covers_its_host_work():
+    import time
+
+    from opgen import bench
+
+    backend = _RecordingBackend()
+    bench.measure(backend, lambda: time.sleep(0.004), bench.Protocol(warmup=0, repeat=2))
+    # host_overhead's own hold asks for no cover; each timed call's asks for twice the host work
+    assert backend.covers[0] == 0.0
+    assert backend.covers[1:] == [backend.covers[1]] * 2 and backend.covers[1] >= bench.HOLD_MARGIN * 0.004
 
 
 def test_side_by_side_keeps_the_protocols_flush():
@@ -135,3 +150,19 @@ def test_hold_queues_more_passes_over_the_flush_buffer():
     _Counting("cpu").hold(dirty=True)
     n = _FakeBackend.HOLD_PASSES
     assert n >= 2 and passes == [False] * n + [True] * n
+
+
+def test_a_hold_that_must_cover_more_host_work_passes_more_often():
+    passes = []
+
+    class _Timed(_FakeBackend):
+        def _pass(self, write):
+            passes.append(write)
+            _FakeEvent.clock += 0.05  # each pass: 0.05 ms of device work
+
+    backend = _Timed("cpu")
+    backend.hold(dirty=True, cover_s=0.00039)  # 0.39 ms: 8 passes, after the 2 that timed one pass
+    assert passes == [False, False] + [True] * 8
+    passes.clear()
+    backend.hold(cover_s=0.0001)  # 0.1 ms: the fixed passes cover it; the pass is timed once
+    assert passes == [False] * _FakeBackend.HOLD_PASSES

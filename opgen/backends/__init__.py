@@ -7,6 +7,7 @@ lazily so the driver imports where no device stack is installed. Uses ``errors``
 from __future__ import annotations
 
 import importlib
+import math
 from typing import Protocol
 
 from ..errors import UnsupportedInput
@@ -41,9 +42,10 @@ class Backend(Protocol):
         """Evict the last-level cache so a timed call reads its inputs from memory; ``dirty``
         leaves it full of written lines instead of clean ones."""
 
-    def hold(self, dirty: bool = False) -> None:
-        """Queue device work long enough to cover the host's launch overhead, so a timer started
-        next measures the device's work, not the host's (``dirty``: work that writes)."""
+    def hold(self, dirty: bool = False, cover_s: float = 0.0) -> None:
+        """Queue device work long enough to cover the host's launch overhead, at least ``cover_s``
+        seconds of it, so a timer started next measures the device's work, not the host's
+        (``dirty``: work that writes)."""
 
 
 class EventBackend:
@@ -54,9 +56,11 @@ class EventBackend:
     write-back the timed call then pays (on an H200 a copy of a bench case's bytes ran at 0.91 of
     the memory floor after a zero-fill, 0.97 after a read, geomean of 10 cases;
     ``scripts/copy_floor.py``, ``benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt``).
-    With ``dirty=True`` the flush and the hold write instead (write-flush timing). ``hold`` passes over the buffer ``HOLD_PASSES`` times: about 0.2 ms on an H200, more on
-    slower memory, longer than a Python call of a generated op or of FLA's wrapper takes to launch
-    its kernel.
+    With ``dirty=True`` the flush and the hold write instead (write-flush timing). ``hold`` passes
+    over the buffer ``HOLD_PASSES`` times (about 0.2 ms on an H200, more on slower memory), or as
+    many more as cover ``cover_s``: an op that launches several kernels can take longer than that
+    to launch them (a mamba3_mimo_bwd_fwd call took 0.39 ms of host time on an H100), and a timer
+    of such a call behind too short a hold measures the host.
 
     Subclasses name ``name`` and return their torch device module (``torch.cuda``, ``torch.npu``).
     """
@@ -69,6 +73,7 @@ class EventBackend:
         self.device = device
         self._flush_buffer = None
         self._flush_sink = None
+        self._pass_time: float | None = None
 
     def _module(self):
         raise NotImplementedError
@@ -91,9 +96,20 @@ class EventBackend:
     def flush(self, dirty: bool = False) -> None:
         self._pass(write=dirty)
 
-    def hold(self, dirty: bool = False) -> None:
-        for _ in range(self.HOLD_PASSES):
+    def hold(self, dirty: bool = False, cover_s: float = 0.0) -> None:
+        passes = self.HOLD_PASSES
+        if cover_s > 0.0:
+            passes = max(passes, math.ceil(cover_s * 1e3 / self._pass_ms()))
+        for _ in range(passes):
             self._pass(write=dirty)
+
+    def _pass_ms(self) -> float:
+        """Milliseconds of one pass over the flush buffer (the faster of two, timed once)."""
+        if self._pass_time is None:
+            self.synchronize()
+            timer = self.timer()
+            self._pass_time = min(timer(lambda: self._pass(write=False)) for _ in range(2))
+        return self._pass_time
 
     def timer(self):
         events = self._module().Event

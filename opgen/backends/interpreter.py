@@ -30,7 +30,7 @@ class InterpreterBackend:
     def flush(self, dirty: bool = False) -> None:
         return None
 
-    def hold(self, dirty: bool = False) -> None:
+    def hold(self, dirty: bool = False, cover_s: float = 0.0) -> None:
         return None
 
     def timer(self):
