@@ -244,3 +244,17 @@ def test_splitscan_chunk_counts(S, C):
     x = make_inputs(1, S, 2, 1, 16, 16, 16 // C if C <= 16 else 1, chunk_size=C, dtype=torch.bfloat16,
                     has_z=S % 2 == 1, has_d=True, seed=S)
     _check(_launch(module, x, point={"BLOCK_P": 16, "BLOCK_N": 16, "GATE_KERNEL": True}), x)
+
+
+def test_cuda_default_below_dot_sized_chunks():
+    """At C * R = 8 no product of split or splitscan is a tl.dot: the cuda default's whole point
+    there (ieee, not tf32x3_split, whose helpers took the tf32-rounded parts alone in broadcast
+    sums) holds fp32's precision."""
+    from opgen.hardware import profile
+
+    row = dict(B=1, S=40, H=2, G=1, N=32, P=32, R=1, chunk_size=8, dtype="bfloat16", mimo_z_given=False, z_given=False)
+    point = space.default_point(SPEC, profile("h200"), space.evaluate_params(SPEC, space.case_inputs(SPEC, row)))
+    assert point.variant.startswith("splitscan") and point.config["DOT_PRECISION"] == "ieee"
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{point.variant}")
+    x = make_inputs(1, 40, 2, 1, 32, 32, 1, chunk_size=8, dtype=torch.bfloat16, has_z=False, has_d=True, seed=3)
+    _check(_launch(module, x, point=dict(point.config)), x)
