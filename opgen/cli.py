@@ -67,6 +67,22 @@ def _options(args: argparse.Namespace, **changes: object) -> dict[str, object]:
     return {**{k: v for k, v in vars(args).items() if k != "func"}, **changes}
 
 
+def _only_cases(rows: list[dict[str, Any]], ids: list[str] | None, set_name: str) -> list[dict[str, Any]]:
+    """The rows of case set ``set_name`` whose ids (``B4-S288-...-fp16``, as the bench tables name
+    them) are among ``ids`` (``--case``); every row where none is given."""
+    from .compare import case_id
+    from .errors import UsageError
+
+    if not ids:
+        return rows
+    known = sorted({case_id(r) for r in rows})
+    missing = [i for i in ids if i not in known]
+    if missing:
+        shown = ", ".join(known[:6]) + (f", ... ({len(known)} in all)" if len(known) > 6 else "")
+        raise UsageError(f"--case {', '.join(missing)}: no such case in case set {set_name!r} (its cases: {shown})")
+    return [r for r in rows if case_id(r) in ids]
+
+
 def _check_devices(args: argparse.Namespace) -> list[str]:
     """The ``--devices`` list, refused together with ``--device`` or ``--shard``."""
     from .errors import UsageError
@@ -152,7 +168,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     root = _root(args)
     spec = _op_spec(root, args.op)
     chip = profile(args.chip)
-    rows = spec.expand_cases(args.cases)
+    rows = _only_cases(spec.expand_cases(args.cases), args.case, args.cases)
     variants = args.variants.split(",") if args.variants else None
     plans = plan(spec, chip, rows, variants)
     if args.shard:
@@ -259,7 +275,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     spec = _op_spec(root, args.op)
     if args.baseline not in spec.baselines:
         raise SpecError(spec.path, "baselines", f"a baseline named {args.baseline!r}", sorted(spec.baselines))
-    rows = spec.expand_cases(args.cases, where=args.where)
+    rows = _only_cases(spec.expand_cases(args.cases, where=args.where), args.case, args.cases)
     if args.set:
         rows = _with_values(spec, rows, args.set)
     if args.merge:
@@ -575,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
     tune_p.add_argument("--cases", default="bench", help="case set of the spec (default: bench)")
+    tune_p.add_argument("--case", action="append", metavar="ID",
+                        help="only this case of --cases, by the id the bench tables give it "
+                             "(B4-S288-H64-G1-N32-P128-R4-C8-fp16); repeatable")
     tune_p.add_argument("--variants", type=options.names, help="comma-separated variant names (default: all legal)")
     tune_p.add_argument("--device", help="torch device (default: cuda:0, npu:0 or cpu)")
     tune_p.add_argument("--dry-run", action="store_true",
@@ -628,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
     bench_p.add_argument("--baseline", required=True, help="a baseline named in the spec (e.g. fla)")
     bench_p.add_argument("--cases", default="bench", help="case set of the spec")
+    bench_p.add_argument("--case", action="append", metavar="ID",
+                         help="only this case of --cases, by its id in the tables; repeatable")
     bench_p.add_argument("--set", nargs="+", metavar="NAME=VALUE",
                          help="values set in every case (e.g. use_exp2=true for a baseline that computes "
                               "exp2 only); cases made equal by them run once")

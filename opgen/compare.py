@@ -65,7 +65,8 @@ def case_id(row: dict[str, Any]) -> str:
     short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
     dims = "-".join(f"{k}{v}" for k, v in row.items()
                     if k not in ("chunk_size", "dtype") and isinstance(v, int) and not isinstance(v, bool))
-    return f"{dims}-C{row.get('chunk_size')}-{short.get(row.get('dtype'), row.get('dtype'))}"
+    chunk = f"-C{row['chunk_size']}" if "chunk_size" in row else ""
+    return f"{dims}{chunk}-{short.get(row.get('dtype'), row.get('dtype'))}"
 
 
 def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable[..., Any],

@@ -126,6 +126,19 @@ def test_dry_run_counts_what_the_budget_and_constraints_cut(tmp_path):
     assert "BLOCK <= max(16, pow2(N)) x2" in row
 
 
+def test_case_keeps_the_named_cases_of_the_set_and_names_an_unknown_one(tmp_path):
+    root = _project(tmp_path)
+    both = _opgen(root, "tune", "toy_op", "--chip", "ascend910b3", "--cases", "two", "--dry-run").stdout
+    one = _opgen(root, "tune", "toy_op", "--chip", "ascend910b3", "--cases", "two", "--case", "N3000-fp32",
+                 "--dry-run").stdout
+    assert both.count("\nbucket ") == 2 and one.count("\nbucket ") == 1
+    assert f"bucket {BUCKET_TEXT[0]}" in both and f"bucket {BUCKET_TEXT[0]}" not in one
+    bad = _opgen(root, "tune", "toy_op", "--chip", "ascend910b3", "--cases", "two", "--case", "N51-fp32",
+                 "--dry-run", check=False)
+    assert bad.returncode != 0 and "--case N51-fp32: no such case in case set 'two'" in bad.stderr
+    assert "N3000-fp32, N50-fp32" in bad.stderr
+
+
 def test_resume_after_kill_loses_nothing_and_measures_nothing_twice(tmp_path):
     root = _project(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
