@@ -231,7 +231,7 @@ def table(results: list[CaseResult], baseline: str) -> str:
                      f"{baseline} on {sum(r.ours_err <= r.base_err for r in results)}/{len(results)}")
         dirty = [r for r in results if not math.isnan(r.ours_dirty_ms)]
         if dirty:
-            lines.append(f"write-flush timing (the flush zero-fills, as before 371d19c), {len(dirty)} cases: "
+            lines.append(f"write-flush timing (the flush zero-fills), {len(dirty)} cases: "
                          f"geomean speedup {bench.geomean([r.base_dirty_ms / r.ours_dirty_ms for r in dirty]):.3f}x, "
                          f"fraction of the memory floor ours {bench.geomean([r.floor_ms / r.ours_dirty_ms for r in dirty]):.3f}, "
                          f"{baseline} {bench.geomean([r.floor_ms / r.base_dirty_ms for r in dirty]):.3f}")

@@ -4,7 +4,7 @@ The benchmark's floor is the bytes a case must move over the bandwidth of a 1 Gi
 cannot reach it: launch, ramp-up and tail cost a fixed few microseconds. This prints, per case, a
 copy moving the same bytes (half read, half written), timed by the benchmark's protocol (L2 flushed
 by reading a buffer, device held: clean lines only), and the same copy under write-flush timing
-(the flush zero-fills its buffer, the protocol before commit 371d19c), whose dirty lines the copy
+(the flush zero-fills its buffer), whose dirty lines the copy
 then writes back. Not a test; on a CUDA device:
 
     python3 scripts/copy_floor.py chunk_gla_fwd_o_gk bench_fla [cuda:0]

@@ -6,7 +6,7 @@ a bucket where the spec's default ran fastest is nearer than any row, or none se
 fastest candidate's time over the fill's, as the measured fill weighs runs: each run's fastest
 over the point's time in it, geometric mean over the bucket's runs that timed it
 (``opgen.table.run_shares``); then the geomean and the minimum. With ``--no-kept`` the
-measured buckets where the default ran fastest are no sources of the fill, as before they were.
+measured buckets where the default ran fastest are no sources of the fill.
 Runs on the CPU:
 
     python3 scripts/fill_loo.py chunk_gla_fwd_o_gk h200 [--no-kept]

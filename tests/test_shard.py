@@ -187,6 +187,6 @@ def test_bench_table_reports_the_writing_flush_beside_the_reading_one():
     read_only = CaseResult("B1-b", 1.0, 1.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0)
     lines = table([both, read_only], "fla").splitlines()
     assert lines[-2].startswith("geomean speedup 1.414x")
-    assert lines[-1] == ("write-flush timing (the flush zero-fills, as before 371d19c), 1 cases: geomean speedup "
+    assert lines[-1] == ("write-flush timing (the flush zero-fills), 1 cases: geomean speedup "
                          "1.600x, fraction of the memory floor ours 0.400, fla 0.250")
     assert table([read_only], "fla").splitlines()[-1].startswith("geomean speedup 1.000x")
