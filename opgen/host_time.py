@@ -20,6 +20,7 @@ each round, so the queue never fills. Not a test: the figures depend on the host
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import statistics
@@ -109,8 +110,6 @@ def measure(spec: OpSpec, rows: list[dict[str, Any]], backend: Backend, launch: 
         ValueError: ``launch`` is not one of :data:`LAUNCHES`, or ``"real"`` under the
             interpreter (where the launch runs the kernel on the host).
     """
-    import contextlib
-
     import torch
 
     from .compare import case_id
