@@ -4,7 +4,9 @@ Subcommands: ``build`` (render ``generated/``; ``--check`` exits 1 when it is st
 ``cases`` (draw the case sets of a spec's ``sampling`` section into their file),
 ``tune`` (an offline campaign on a device; ``--dry-run`` prints the search space only, or with
 ``--trials 0 --measure-fill`` what the measure step would compile and time),
-``bench`` (a generated op against a baseline, side by side), ``records`` (what the tuning
+``bench`` (a generated op against a baseline, side by side), ``host-time`` (the host work one
+call of each generated op costs up to its kernels' launch, beside a torch ``add_``), ``records``
+(what the tuning
 records hold), ``explain`` (what the frozen table runs for one call's shape, and why; exit 1
 where the op refuses the call), ``resources`` (what the compiler says of the kernels the frozen
 table launches: registers, spills, shared memory, occupancy; no device), ``report``
@@ -398,6 +400,47 @@ def _merged(rows: list[dict], files: list[Path], generated: str) -> tuple[list, 
     return results, toolchain
 
 
+def _cmd_host_time(args: argparse.Namespace) -> int:
+    import os
+
+    from . import host_time
+    from .backends import get_backend
+    from .errors import UsageError
+
+    root = _root(args)
+    if args.backend == "interpreter":
+        if args.launch == "real":
+            raise UsageError("--launch real needs a device: the interpreter runs a launched kernel on the host")
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported: CPU tensors
+    sys.path.insert(0, str(root))
+    ops = args.ops or sorted(p.stem for p in (root / "specs").glob("*.yaml"))
+    specs = [_op_spec(root, op) for op in ops]
+    backend = get_backend(args.backend, args.device)
+    host = host_time.host_description(backend)
+    if args.backend == "interpreter":
+        import torch
+
+        torch.set_num_threads(host_time.INTERPRETER_THREADS)
+        host["torch_threads"] = str(host_time.INTERPRETER_THREADS)
+    what = "a no-op in Triton's place" if args.launch == "none" else "Triton's, real"
+    print(f"host work per call up to the kernels' launch (launch: {what}); median over {args.rounds} "
+          f"rounds of {args.calls} calls; {json.dumps(host, sort_keys=True)}", flush=True)
+    results = []
+    for spec in specs:
+        if args.cases not in spec.cases and not args.ops:  # an op named on the command line must have it
+            print(f"opgen host-time: {spec.op} has no case set {args.cases!r}: skipped", file=sys.stderr)
+            continue
+        rows = spec.expand_cases(args.cases)
+        results += host_time.measure(spec, rows, backend, args.launch, args.rounds, args.calls, args.seed)
+    print(host_time.table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(
+            host=host, launch=args.launch, cases=args.cases, rounds=args.rounds, calls=args.calls,
+            results=[dict(dataclasses.asdict(r), seen_ratio=r.seen_ratio, unseen_ratio=r.unseen_ratio)
+                     for r in results]), indent=1))
+    return 0
+
+
 def _cmd_cases(args: argparse.Namespace) -> int:
     from .case_sample import cases_text, sample_cases
     from .spec import sampled_cases_path
@@ -575,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     build.set_defaults(func=_cmd_build)
     commands = {"build": _cmd_build, "cases": _cmd_cases, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
                 "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report,
-                "resources": _cmd_resources}
+                "resources": _cmd_resources, "host-time": _cmd_host_time}
     cases_p = sub.add_parser("cases", help="draw the case sets of an op's sampling section into its file")
     cases_p.add_argument("op", help="operator (specs/<op>.yaml)")
     cases_p.add_argument("--sample", type=options.integer(1, MAX_CASES, "cases one draw may check"), help="cases to draw (default: the section's count)")
@@ -668,6 +711,21 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--merge", nargs="+", type=options.file_to_read, metavar="JSON",
                          help="run nothing: print one table from the --json files of shards run apart")
     bench_p.set_defaults(func=_cmd_bench)
+    host_p = sub.add_parser("host-time", help="the host work one call of each generated op costs up to its "
+                                              "kernels' launch, beside a torch add_")
+    host_p.add_argument("ops", nargs="*", help="operators (default: every op of specs/)")
+    host_p.add_argument("--cases", default="host", help="case set of each spec (default: host)")
+    host_p.add_argument("--backend", default="interpreter", choices=("interpreter", "cuda", "npu"),
+                        help="where the tensors live (default: interpreter, CPU tensors)")
+    host_p.add_argument("--device", help="torch device (default: the backend's first)")
+    host_p.add_argument("--launch", default="none", choices=("none", "real"),
+                        help="none: Triton's launch replaced by a no-op (any host); real: the launch itself (a device)")
+    host_p.add_argument("--rounds", type=options.positive_int, default=201, help="interleaved rounds")
+    host_p.add_argument("--calls", type=options.positive_int, default=10,
+                        help="calls a round (few: a round the host's other work preempts is an outlier the median drops)")
+    host_p.add_argument("--seed", type=int, default=0)
+    host_p.add_argument("--json", type=options.file_to_write, help="also write the results as JSON")
+    host_p.set_defaults(func=_cmd_host_time)
     records_p = sub.add_parser("records", help="report what the tuning records of an op on a chip hold")
     records_p.add_argument("op")
     records_p.add_argument("--chip", required=True)

@@ -189,13 +189,15 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
         source = expr.to_python(numbers)
         key.append((name, source if buckets is None else f"bucket_index({source}, {buckets!r})"))
     doc_lines = spec.doc.strip().splitlines()
-    variants = sorted({(v.name, tuple(o for _, o in v.options)) for r in ("cuda", "npu")
-                       for v in variants_for(spec, r)})
+    rendered = [v for r in ("cuda", "npu") for v in variants_for(spec, r)]
+    variants = sorted({(v.name, tuple(o for _, o in v.options)) for v in rendered})
+    host_descriptors = sorted({v.name for v in rendered
+                               if any(spec.variants.axes[a][o].host_descriptors for a, o in v.options)})
     uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
     static = [a for a in spec.api.launch_args if a not in spec.signature.tensors and a not in spec.signature.outputs]
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
-                variants=variants, defaults=defaults, budgets=budgets, legality=legality,
+                variants=variants, host_descriptors=host_descriptors, defaults=defaults, budgets=budgets, legality=legality,
                 legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=sorted(fixed_names), key=key,
                 param_names=list(spec.param_names()),
                 launch_args=list(spec.api.launch_args),

@@ -7,13 +7,15 @@ the module makes is kept as ``(kernel, args, kwargs)``, kernel parameters and la
 together, and nothing is compiled or run. What a compiler then makes of them
 (``opgen.cuda_compile``, the Ascend front end) is what a launch of that shape would get: the
 constexprs, the integer and pointer specialisation and the launch options are the real ones.
-Works under upstream Triton and triton-ascend alike. Uses ``spec``, ``space``, ``worker``.
+Works under upstream Triton and triton-ascend alike. :func:`intercepted` is the replacement
+itself, with any callable in the launch's place (``opgen host-time`` counts launches with it).
+Uses ``spec``, ``space``, ``worker``.
 """
 from __future__ import annotations
 
 import importlib
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from .space import case_inputs, evaluate_params
 from .spec import OpSpec
@@ -64,28 +66,38 @@ def launch_args(spec: OpSpec, case: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def recording() -> Iterator[list[Launch]]:
-    """While open, a kernel's launch is appended to the yielded list instead of compiled and run
-    (a JIT kernel's, and an interpreted one's: a module imported under ``TRITON_INTERPRET=1``)."""
+def intercepted(on_launch: Callable[[Any, tuple[Any, ...], dict[str, Any]], object]) -> Iterator[None]:
+    """While open, a kernel's launch calls ``on_launch(kernel, args, kwargs)`` instead of compiling
+    and running it (a JIT kernel's, and an interpreted one's: a module imported under
+    ``TRITON_INTERPRET=1``). Everything up to the launch runs as it would: the ``kernel[grid]``
+    of a JIT kernel included, its ``run`` replaced."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    launches: list[Launch] = []
     run, getitem = JITFunction.run, InterpretedFunction.__getitem__
 
-    def record_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        launches.append(Launch(self, args, kwargs))
+    def run_instead(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        on_launch(self, args, kwargs)
 
-    def record_getitem(self: Any, grid: Any) -> Any:
-        return lambda *args, **kwargs: launches.append(Launch(self, args, kwargs))
+    def getitem_instead(self: Any, grid: Any) -> Any:
+        return lambda *args, **kwargs: on_launch(self, args, kwargs)
 
-    JITFunction.run = record_run  # type: ignore[method-assign]
-    InterpretedFunction.__getitem__ = record_getitem  # type: ignore[method-assign]
+    JITFunction.run = run_instead  # type: ignore[method-assign]
+    InterpretedFunction.__getitem__ = getitem_instead  # type: ignore[method-assign]
     try:
-        yield launches
+        yield
     finally:
         JITFunction.run = run  # type: ignore[method-assign]
         InterpretedFunction.__getitem__ = getitem  # type: ignore[method-assign]
+
+
+@contextmanager
+def recording() -> Iterator[list[Launch]]:
+    """While open, a kernel's launch is appended to the yielded list instead of compiled and run
+    (:func:`intercepted`)."""
+    launches: list[Launch] = []
+    with intercepted(lambda kernel, args, kwargs: launches.append(Launch(kernel, args, kwargs))):
+        yield launches
 
 
 def record(spec: OpSpec, rendering: str, variant: str, config: Mapping[str, Any], case: Mapping[str, Any],

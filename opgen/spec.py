@@ -113,14 +113,17 @@ class Tunable(_Model):
 
 
 class AxisOption(_Model):
-    """One option of a variant axis: when it is legal, where it renders, tunables it fixes, and
-    the kernel template of its variants when not the axes' own (a family of its own kernels)."""
+    """One option of a variant axis: when it is legal, where it renders, tunables it fixes, the
+    kernel template of its variants when not the axes' own (a family of its own kernels), and
+    whether their launches take host-side tensor descriptors (``host_descriptors``: torch.compile
+    cannot trace those launches, so the generated op keeps such a call one opaque node)."""
 
     doc: str = ""
     when: Formula = parse("True")
     backends: tuple[Literal["cuda", "npu"], ...] = RENDERED_BACKENDS
     fixed: dict[Ident, Formula] = {}
     template: str | None = None
+    host_descriptors: bool = False
 
 
 class Variants(_Model):

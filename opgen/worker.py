@@ -137,8 +137,9 @@ def resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str, Any]:
-    """Inputs on ``device`` plus the float64 golden, fp32 reference and magnitude of one case."""
+def case_arguments(spec, case: dict[str, Any], seed: int, device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The params of one case and its inputs on ``device``: the op's arguments by name (an
+    optional tensor the case leaves out is None), with what else the spec's ``make_inputs`` gave."""
     import torch
 
     from .space import case_inputs, evaluate_params
@@ -157,6 +158,13 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     for name in scalar_names:  # the case (or the spec default) decides the scalars
         is_dtype = spec.signature.scalars[name].type == "dtype"
         inputs[name] = getattr(torch, params[name]) if is_dtype else params[name]
+    return params, inputs
+
+
+def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str, Any]:
+    """Inputs on ``device`` plus the float64 golden, fp32 reference and magnitude of one case."""
+    params, inputs = case_arguments(spec, case, seed, device)
+    scalar_names = set(spec.signature.scalars)
     ref_device = device if device.startswith("cuda") else "cpu"
     ref_args = {k: inputs.get(k) for k in (*spec.signature.tensors, *scalar_names)}
 

@@ -36,3 +36,74 @@ def test_mamba3_with_optional_outputs_compiles(has_z):
     assert len(compiled) == 5 and (compiled[3] is None) == (not has_z) == (compiled[4] is None)
     for a, b in zip(eager, compiled):
         assert (a is None and b is None) or torch.equal(a, b)
+
+
+def _graphs(graphs):
+    """A torch.compile backend through AOTAutograd that keeps each forward graph it compiles (and
+    runs it as it is, as aot_eager does)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+    return aot_autograd(fw_compiler=keep)
+
+
+def _targets(gm):
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def test_gla_under_the_interpreter_is_one_graph_around_the_opaque_op():
+    """Interpreted kernels cannot be traced (torch.library.wrap_triton returns an interpreted
+    kernel as it is, and it would run on the tracer's fake tensors): the graph holds the opaque
+    op, and nothing breaks it."""
+    import generated.chunk_gla_fwd_o_gk as module
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    x = gla_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=6)
+    fn = lambda **kw: module.chunk_gla_fwd_o_gk(**kw) * 2  # noqa: E731
+    counter = CompileCounterWithBackend("aot_eager")
+    assert torch.equal(torch.compile(fn, backend=counter, fullgraph=True)(**x), fn(**x))
+    assert counter.frame_count == 1
+    graphs = []
+    torch.compile(lambda **kw: module.chunk_gla_fwd_o_gk(**kw) * 2, backend=_graphs(graphs), fullgraph=True)(**x)
+    assert "opgen.chunk_gla_fwd_o_gk_opaque.default" in _targets(graphs[0])
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "triton_op"), reason="torch.library.triton_op is torch >= 2.6")
+def test_gla_kernels_are_nodes_of_the_compiled_graph(monkeypatch):
+    """Where torch can trace the launches (Triton JIT kernels on an NVIDIA GPU), the compiled graph
+    holds the GLA kernel itself, and its output is the eager call's. On this CPU host: the kernel
+    module's traced twin imported without the interpreter (JIT kernels), the CPU tensors' table
+    taken as traceable, and the graph's launch of the JIT kernel run by the interpreted kernel
+    of the same name (the eager call's), since no Triton driver runs a JIT kernel here."""
+    import sys
+
+    import generated.chunk_gla_fwd_o_gk as module
+    from triton.runtime.jit import JITFunction
+
+    torch._dynamo.reset()
+    x = gla_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=7)
+    fn = lambda **kw: module.chunk_gla_fwd_o_gk(**kw) * 2  # noqa: E731
+    eager = fn(**x)  # interpreted; caches the CPU tensors' table
+
+    def interpreted(self, *args, grid, warmup, **kwargs):
+        return getattr(sys.modules[self.fn.__module__], self.fn.__name__)[grid](*args, **kwargs)
+    monkeypatch.setattr(module, "_traceable", lambda table, variant: True)
+    monkeypatch.setattr(module, "_TWINS", {})
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the twin's kernels: JIT, as on a GPU
+    monkeypatch.setattr(JITFunction, "run", interpreted)
+    graphs = []
+    compiled = torch.compile(fn, backend=_graphs(graphs), fullgraph=True)
+    assert torch.equal(compiled(**x), eager)
+    (graph,) = graphs
+    assert "opgen.chunk_gla_fwd_o_gk_opaque.default" not in _targets(graph)
+    (launch,) = [n for n in graph.graph.nodes if "triton_kernel_wrapper_functional" in str(n.target)]
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    kernel = kernel_side_table.get_kernel(launch.kwargs["kernel_idx"])
+    assert isinstance(kernel, JITFunction) and kernel.fn.__name__ == "chunk_gla_fwd_o_gk_kernel"
+    (twin,) = module._TWINS.values()
+    assert twin.KERNEL is twin.chunk_gla_fwd_o_gk_kernel and isinstance(twin.KERNEL, JITFunction)  # unwrapped after
+    torch._dynamo.reset()
