@@ -405,12 +405,10 @@ def _cmd_host_time(args: argparse.Namespace) -> int:
 
     from . import host_time
     from .backends import get_backend
-    from .errors import UsageError
 
     root = _root(args)
+    host_time.check_launch(args.backend, args.launch)
     if args.backend == "interpreter":
-        if args.launch == "real":
-            raise UsageError("--launch real needs a device: the interpreter runs a launched kernel on the host")
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported: CPU tensors
     sys.path.insert(0, str(root))
     ops = args.ops or sorted(p.stem for p in (root / "specs").glob("*.yaml"))

@@ -197,8 +197,9 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     static = [a for a in spec.api.launch_args if a not in spec.signature.tensors and a not in spec.signature.outputs]
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
-                variants=variants, host_descriptors=host_descriptors, defaults=defaults, budgets=budgets, legality=legality,
-                legal_names=legal_names, shape_fixed=shape_fixed, fixed_names=sorted(fixed_names), key=key,
+                variants=variants, host_descriptors=host_descriptors, defaults=defaults, budgets=budgets,
+                legality=legality, legal_names=legal_names, shape_fixed=shape_fixed,
+                fixed_names=sorted(fixed_names), key=key,
                 param_names=list(spec.param_names()),
                 launch_args=list(spec.api.launch_args),
                 static_args=static,

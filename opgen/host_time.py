@@ -63,29 +63,26 @@ class HostResult:
 def per_call_us(fns: dict[str, Callable[[], object]], rounds: int, calls: int,
                 synchronize: Callable[[], None]) -> dict[str, float]:
     """Median microseconds per call of each callable: ``rounds`` interleaved rounds of ``calls``
-    back-to-back calls each (the device synchronised and the garbage collector off during a round,
-    as ``timeit`` has it), the median over the rounds of a round's mean."""
+    back-to-back calls each, the device synchronised before each (the garbage collector off
+    throughout, as ``timeit`` has it), the median over the rounds of a round's mean."""
     for fn in fns.values():
         for _ in range(WARMUP):
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     collecting = gc.isenabled()
+    gc.disable()
     try:
         for _ in range(rounds):
             for name, fn in fns.items():
                 synchronize()
-                gc.disable()
                 start = time.perf_counter()
                 for _ in range(calls):
                     fn()
-                elapsed = time.perf_counter() - start
-                if collecting:
-                    gc.enable()
-                samples[name].append(elapsed / calls * 1e6)
+                samples[name].append((time.perf_counter() - start) / calls * 1e6)
+        synchronize()
     finally:
         if collecting:
             gc.enable()
-    synchronize()
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
@@ -100,6 +97,20 @@ def _unseen(module: Any, call: Callable[[], object]) -> Callable[[], object]:
     return unseen
 
 
+def check_launch(backend: str, launch: str) -> None:
+    """Refuse a ``launch`` that is none of :data:`LAUNCHES`, or ``"real"`` on the interpreter.
+
+    Raises:
+        UsageError: naming what it takes.
+    """
+    from .errors import UsageError
+
+    if launch not in LAUNCHES:
+        raise UsageError(f"launch must be one of {', '.join(LAUNCHES)}, got {launch!r}")
+    if launch == "real" and backend == "interpreter":
+        raise UsageError("--launch real needs a device: the interpreter runs a launched kernel on the host")
+
+
 def measure(spec: OpSpec, rows: list[dict[str, Any]], backend: Backend, launch: str = "none",
             rounds: int = 201, calls: int = 10, seed: int = 0) -> list[HostResult]:
     """The host work per call of ``spec``'s generated op on each case of ``rows``. Under the
@@ -107,7 +118,7 @@ def measure(spec: OpSpec, rows: list[dict[str, Any]], backend: Backend, launch: 
     host; the caller sets its intra-op threads (:data:`INTERPRETER_THREADS`).
 
     Raises:
-        ValueError: ``launch`` is not one of :data:`LAUNCHES`, or ``"real"`` under the
+        UsageError: ``launch`` is not one of :data:`LAUNCHES`, or ``"real"`` under the
             interpreter (where the launch runs the kernel on the host).
     """
     import torch
@@ -116,10 +127,7 @@ def measure(spec: OpSpec, rows: list[dict[str, Any]], backend: Backend, launch: 
     from .launches import intercepted
     from .worker import case_arguments
 
-    if launch not in LAUNCHES:
-        raise ValueError(f"launch must be one of {', '.join(LAUNCHES)}, got {launch!r}")
-    if launch == "real" and backend.name == "interpreter":
-        raise ValueError("the interpreter runs a launched kernel on the host: its launch can only be a no-op")
+    check_launch(backend.name, launch)
     module = importlib.import_module(f"generated.{spec.op}")
     op = getattr(module, spec.op)
     names = (*spec.signature.tensors, *spec.signature.scalars)

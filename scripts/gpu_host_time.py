@@ -16,7 +16,9 @@ waits for it), the median over ``--rounds`` rounds of ``--calls`` calls:
     graph_strided     the same, captured on strided views (the copies inside the graph)
 
 and the device time of the eager call (``opgen.bench.measure``: events, the cache flushed, the
-median), so each host figure stands beside the kernels it launches. Writes ``host_time.md`` (one
+median), so each host figure stands beside the kernels it launches; with the compiled call's
+graph breaks and the largest difference of its outputs from the eager call's (the check that the
+kernels torch.compile traced into its graph compute what the eager call does). Writes ``host_time.md`` (one
 table per op) and ``host_time.json`` into ``--out``. Needs an NVIDIA GPU (H100 or H200: the ops'
 tables); not run in CI.
 
@@ -93,16 +95,25 @@ def measure_case(spec, row, backend, rounds, calls, seed):
     device_us = bench.median(bench.measure(backend, fns["eager"])) * 1e3
     breaks = torch._dynamo.explain(lambda **kw: op(**kw))(**arguments).graph_break_count
     return dict(op=spec.op, case=case_id(row), device_us=device_us, graph_breaks=breaks,
+                compiled_diff=_largest_difference(fns["eager"](), fns["compiled"]()),
                 **{f"{mode}_us": host[mode] for mode in MODES})
+
+
+def _largest_difference(eager, compiled):
+    """The largest absolute difference between the eager and the compiled call's outputs (0.0:
+    the compiled graph ran the same kernels to the same bits)."""
+    pairs = zip(eager, compiled) if isinstance(eager, tuple) else [(eager, compiled)]
+    return max((0.0 if a is None and b is None else (a.float() - b.float()).abs().max().item()
+                for a, b in pairs), default=0.0)
 
 
 def table(rows):
     """One markdown table: a row per case, each mode's host microseconds, the eager device time."""
-    head = ["case", *MODES, "device (eager)", "graph breaks"]
+    head = ["case", *MODES, "device (eager)", "graph breaks", "compiled - eager"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [r["case"], *(f"{r[f'{m}_us']:.1f}" for m in MODES), f"{r['device_us']:.1f}",
-                 str(r["graph_breaks"])]
+                 str(r["graph_breaks"]), f"{r['compiled_diff']:.3g}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
