@@ -20,6 +20,11 @@ Cross-check: 24 of 24 tuned rows checked against their leave-one-out fill; worst
 ('bfloat16', 64, False, False, 4, 1, 1, 1) (margin 10%): FLAGGED. Over the margin (2 rows):
 ('bfloat16', 64, False, False, 4, 1, 1, 1) 30.3%, ('bfloat16', 64, False, False, 1, 1, 1, 1)
 10.6%.
+Measured under cuda 13.0, torch 2.11.0, triton 3.6.0: 24 tuned rows and 51 measured fills.
+Re-keyed: 24 of the 24 tuned rows and 20 of the 51 measured fills were measured for another key
+than the spec's dispatch key gives their case now (its fields or bucket edges changed since): each
+stands for the bucket its case falls in now (a tuned row's comment names the key it was measured
+for; `opgen records` lists them all).
 Key: (dtype, BT, big_scale, H1, K, V, align, tasks); the fields at BUCKETED hold bucket indices,
 their ranges are in the comments.
 Chip figures: CUDA programming guide, cc 9.0; 132 SMs as torch reports them on an H200
@@ -158,91 +163,99 @@ CONFIGS = {
 TUNED = {
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks in (2048, 16384], median 0.0296 ms (writing flush), smem_bytes 20480 (reported 12288),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 32, False, False, 0, 1, 2)
     ('bfloat16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/b28384',
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
-    # tasks <= 256, median 0.0114 ms, smem_bytes 163840 (reported 94208), tuned 2026-12-03
+    # tasks <= 256, median 0.0114 ms, smem_bytes 163840 (reported 94208), tuned 2026-12-03,
+    # measured for key ('bfloat16', 32, False, False, 4, 2, 0)
     ('bfloat16', 32, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/ac93f6',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0370 ms (writing flush), smem_bytes 57344 (reported 32768),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 1, 1, 1)
     ('bfloat16', 64, False, False, 1, 1, 1, 1): 'post_vloop_tiled/2227e3',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks in (2048, 16384], median 0.1915 ms (writing flush), smem_bytes 57344 (reported 40960),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 1, 3, 2)
     ('bfloat16', 64, False, False, 1, 3, 1, 2): 'fold_vloop_tiled/2227e3',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], median 0.0638 ms (writing flush), smem_bytes 90112 (reported 45056),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 2, 2, 1)
     ('bfloat16', 64, False, False, 2, 2, 1, 1): 'post_vloop_tiled/72431e',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0676 ms (writing flush), smem_bytes 81920 (reported 40960),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 3, 3, 1)
     ('bfloat16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/904265',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1005 ms (writing flush), smem_bytes 90112 (reported 45056),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 3, 4, 1)
     ('bfloat16', 64, False, False, 3, 4, 1, 1): 'post_vloop_tiled/72431e',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1385 ms (writing flush), smem_bytes 40960 (reported 32768),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 3, 5, 1)
     ('bfloat16', 64, False, False, 3, 5, 1, 1): 'fold_general_tiled/44e993',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align > 1,
-    # tasks in (256, 2048], median 0.0195 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03
+    # tasks in (256, 2048], median 0.0195 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03,
+    # measured for key ('bfloat16', 64, False, False, 4, 1, 1)
     ('bfloat16', 64, False, False, 4, 1, 1, 1): 'fold_vloop2_tiled/3e7eb9',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
-    # tasks <= 256, median 0.0135 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03
+    # tasks <= 256, median 0.0135 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03,
+    # measured for key ('bfloat16', 64, False, False, 4, 2, 0)
     ('bfloat16', 64, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/fd4b8f',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
-    # tasks <= 256, median 0.0267 ms, smem_bytes 229376 (reported 147456), tuned 2026-12-03
+    # tasks <= 256, median 0.0267 ms, smem_bytes 229376 (reported 147456), tuned 2026-12-03,
+    # measured for key ('bfloat16', 64, False, False, 4, 6, 0)
     ('bfloat16', 64, False, False, 4, 6, 1, 0): 'post_vloop2_tiled/3e7eb9',
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
-    # tasks in (256, 2048], median 0.2206 ms, smem_bytes 69632 (reported 69632), tuned 2026-12-03
+    # tasks in (256, 2048], median 0.2206 ms, smem_bytes 69632 (reported 69632), tuned 2026-12-03,
+    # measured for key ('bfloat16', 64, False, False, 4, 6, 1)
     ('bfloat16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/8582c4',
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0242 ms (writing flush), smem_bytes 81920 (reported 40960),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('bfloat16', 64, False, True, 3, 3, 1)
     ('bfloat16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/904265',
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V in (96, 128], align > 1,
-    # tasks <= 256, median 0.0153 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03
+    # tasks <= 256, median 0.0153 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03,
+    # measured for key ('bfloat16', 64, True, True, 4, 3, 0)
     ('bfloat16', 64, True, True, 4, 3, 1, 0): 'fold_vloop2_tiled/fd4b8f',
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks in (2048, 16384], median 0.0303 ms (writing flush), smem_bytes 20480 (reported 8192),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 32, False, False, 0, 1, 2)
     ('float16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/677898',
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (192, 256], align > 1,
-    # tasks <= 256, median 0.0242 ms, smem_bytes 196608 (reported 92160), tuned 2026-12-03
+    # tasks <= 256, median 0.0242 ms, smem_bytes 196608 (reported 92160), tuned 2026-12-03,
+    # measured for key ('float16', 32, False, False, 4, 5, 0)
     ('float16', 32, False, False, 4, 5, 1, 0): 'post_vloop2_tiled/609f65',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0356 ms (writing flush), smem_bytes 139264 (reported 40960),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, False, 1, 1, 1)
     ('float16', 64, False, False, 1, 1, 1, 1): 'fold_vloop_tiled/38dcd1',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks in (2048, 16384], median 0.1929 ms (writing flush), smem_bytes 81920 (reported 32768),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, False, 1, 3, 2)
     ('float16', 64, False, False, 1, 3, 1, 2): 'post_general_tiled/fa43c4',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], median 0.0668 ms (writing flush), smem_bytes 40960 (reported 32768),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, False, 2, 2, 1)
     ('float16', 64, False, False, 2, 2, 1, 1): 'fold_general_tiled/44e993',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0674 ms (writing flush), smem_bytes 81920 (reported 40960),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, False, 3, 3, 1)
     ('float16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/904265',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1021 ms (writing flush), smem_bytes 90112 (reported 45056),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, False, 3, 4, 1)
     ('float16', 64, False, False, 3, 4, 1, 1): 'fold_vloop_tiled/72431e',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1316 ms (writing flush), smem_bytes 90112 (reported 45056),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, False, 3, 5, 1)
     ('float16', 64, False, False, 3, 5, 1, 1): 'fold_vloop_tiled/65b6dd',
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
-    # tasks in (256, 2048], median 0.1981 ms, smem_bytes 40960 (reported 32768), tuned 2026-12-03
+    # tasks in (256, 2048], median 0.1981 ms, smem_bytes 40960 (reported 32768), tuned 2026-12-03,
+    # measured for key ('float16', 64, False, False, 4, 6, 1)
     ('float16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/44e993',
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0242 ms (writing flush), smem_bytes 81920 (reported 40960),
-    # tuned 2026-12-01
+    # tuned 2026-12-01, measured for key ('float16', 64, False, True, 3, 3, 1)
     ('float16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/904265',
 }
 
