@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 import generated.mamba3_mimo_bwd_bwd  # noqa: F401  (registers opgen::mamba3_mimo_bwd_bwd)
 import generated.mamba3_mimo_bwd_fwd  # noqa: F401  (registers opgen::mamba3_mimo_bwd_fwd)
+from generated.mamba3_mimo_bwd_fwd import _compile_error  # an argument's error as torch.compile shows it first
 
 __all__ = ["GRADIENTS", "Mamba3MimoFunction", "mamba3_mimo_backward", "with_opgen_backward"]
 
@@ -223,9 +224,13 @@ def _custom(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, q_bias: Tensor, k_bia
 @_custom.register_fake
 def _(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, dA, dt, trap, mimo_z, d, z,
       chunk_size, rotary_dim_divisor, raw_angles):
-    # the stages' ops dispatch to their fake implementations: their checks and shapes hold here
-    return _to_op(_compose(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, dA, dt, trap,
-                           mimo_z, d, z, chunk_size, rotary_dim_divisor, raw_angles), dout)
+    # the stages' ops dispatch to their fake implementations: their checks and shapes hold here;
+    # an argument's error is raised as torch.compile reports it first (the stages' own already is)
+    try:
+        return _to_op(_compose(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, dA, dt, trap,
+                               mimo_z, d, z, chunk_size, rotary_dim_divisor, raw_angles), dout)
+    except (TypeError, ValueError) as exc:
+        raise _compile_error(exc) from None
 
 
 class Mamba3MimoFunction(torch.autograd.Function):

@@ -483,7 +483,7 @@ def _cmd_records(args: argparse.Namespace) -> int:
             raise UsageError(f"--records: {exc}") from None
     path = Path(args.records) if args.records else record_path(root, chip.name, spec.op)
     if args.pull:
-        _pull(args.pull, path, spec.op, chip.name)
+        _pull(args.pull, path, spec.op, chip.name, required=True)
     hashes = kernel_hashes(root, spec, chip.rendering)
     print(report(spec, chip, path, hashes))
     if not path.exists():
@@ -497,15 +497,16 @@ def _cmd_records(args: argparse.Namespace) -> int:
     return 1 if gate.losses else 0  # the rule loses more than its margin somewhere: measure there
 
 
-def _pull(url: str, path: Path, op: str, chip: str) -> None:
-    """Append to the records file the records a PostgreSQL storage holds and it lacks."""
+def _pull(url: str, path: Path, op: str, chip: str, required: bool = False) -> None:
+    """Append to the records file the records a PostgreSQL storage holds and it lacks (with
+    ``required``, a StorageError where it holds none of ``op`` on ``chip``)."""
     from .db_records import export
     from .errors import UsageError
     from .storage import is_postgres, shown
 
     if not is_postgres(url):
         raise UsageError(f"--pull takes the PostgreSQL URL a campaign kept its records in, got {shown(url)!r}")
-    held, added = export(url, path, op, chip)
+    held, added = export(url, path, op, chip, required)
     print(f"records: {added} of the {held} records of {op} on {chip} in {shown(url)} appended to {path}",
           file=sys.stderr)
 

@@ -85,13 +85,23 @@ class RecordTable:
             self._run(insert)
 
     def read(self, op: str, chip: str) -> list[Record]:
-        """Every record of ``op`` on ``chip``, in the order they were committed."""
+        """Every record of ``op`` on ``chip``, in the order they were committed (none in a
+        database no campaign has opened: it has no records table)."""
         import sqlalchemy
 
         rows = self._run(lambda conn: conn.execute(sqlalchemy.text(
             f"SELECT id, line FROM {TABLE} WHERE op = :op AND chip = :chip ORDER BY id"),
-            {"op": op, "chip": chip}).all())
+            {"op": op, "chip": chip}).all() if _exists(conn) else [])
         return [from_line(line, f"{shown(self.url)} {TABLE} row {id_}", op=op, chip=chip) for id_, line in rows]
+
+    def held(self) -> list[tuple[str, str, int]]:
+        """(op, chip, how many records) of each op and chip the table holds records of, in name
+        order (none without the table)."""
+        import sqlalchemy
+
+        return [tuple(row) for row in self._run(lambda conn: conn.execute(sqlalchemy.text(
+            f"SELECT op, chip, count(*) FROM {TABLE} GROUP BY op, chip ORDER BY op, chip")).all()
+            if _exists(conn) else [])]
 
     def trial(self, op: str, chip: str, study: str, number: int) -> list[Record]:
         """The trial records of trial ``number`` of ``study`` (one per case; none if unrecorded):
@@ -108,16 +118,33 @@ class RecordTable:
         self._engine.dispose()
 
 
-def export(url: str, path: Path, op: str, chip: str) -> tuple[int, int]:
+def _exists(conn: Any) -> bool:
+    """Whether the database holds the records table (a campaign on it created it)."""
+    import sqlalchemy
+
+    return conn.execute(sqlalchemy.text("SELECT to_regclass(:t)"), {"t": TABLE}).scalar() is not None
+
+
+def export(url: str, path: Path, op: str, chip: str, required: bool = False) -> tuple[int, int]:
     """Append to the records file ``path`` the records of ``op`` on ``chip`` that the storage
     holds and the file does not, in the storage's order.
 
     Returns:
         (records in the storage, records appended).
+
+    Raises:
+        StorageError: with ``required``, where the storage holds no record of ``op`` on ``chip``
+            (nothing appended), naming the ops and chips it holds records of.
     """
     table = RecordTable(url)
     try:
         found = table.read(op, chip)
+        if required and not found:
+            held = table.held()
+            what = ("; it holds records of " + ", ".join(f"{o} on {c} ({n})" for o, c, n in held) if held
+                    else "; no campaign has recorded any there")
+            raise StorageError(f"{shown(url)} holds no records of {op} on {chip}{what}: nothing to pull "
+                               "(check the URL, the op and --chip)")
     finally:
         table.close()
     return len(found), append_missing(path, found)

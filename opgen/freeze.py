@@ -282,6 +282,8 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
     if table.torn and notes is not None:
         notes.append(f"{rec_path}: its last line is torn (a writer died mid-line) and was skipped; the "
                      "next `opgen tune` of this op and chip cuts it, or delete that line by hand")
+    if table.toolchains.other and notes is not None:
+        notes.append(f"table_{chip.name} of {spec.op}: {table.toolchains.warning()}")
     key_line = (f"Key: ({', '.join(spec.dispatch.key)}); the fields at BUCKETED hold bucket indices, "
                 "their ranges are in the comments.")
     gate = []
@@ -293,6 +295,8 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
                    budget=chip.budget(budget_kind) if budget_kind else None,
                    programs=chip.programs, key_names=tuple(spec.dispatch.key), **shown,
                    summary=[*wrap_comment(summary), *gate, *wrap_comment(table.checks.line()),
+                            *(line for text in [*table.toolchains.lines(), table.rekeyed_line()] if text
+                              for line in wrap_comment(text)),
                             *wrap_comment(key_line), *wrap_comment(f"Chip figures: {chip.source}")],
                    stale=[wrap_comment(f"stale, not frozen: {s.record.variant} at {s.record.key!r}: "
                                        f"{s.reason}") for s in table.stale])

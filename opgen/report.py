@@ -4,9 +4,11 @@ Per key: the winner the build freezes (or why it is stale), its median, the marg
 runner-up and its date; the trials measured there on the current kernels, by status; the loss of its
 current cross-check; a later winner that never met it (not frozen); another point that won the
 key earlier on the same kernel and ran faster in its own run, and another point that ran faster
-beside the winner in a cross-check (its search missed it). Then the table's cross-check verdict
-and the measured fills, naming each untuned bucket where the nearest fill's point ran slower than
-the measured winner (a bucket edge that puts those shapes on a slower kernel).
+beside the winner in a cross-check (its search missed it). Then the table's cross-check verdict,
+the toolchains its measured rows were timed under (the rows of any but the latest named), the
+measured rows re-keyed since (each with the key it was measured for), and the measured fills,
+naming each untuned bucket where the nearest fill's point ran slower than the measured winner (a
+bucket edge that puts those shapes on a slower kernel).
 Reads the records only, no device.
 Uses ``hardware``, ``keys``, ``records``, ``settings``, ``space``, ``spec``, ``table``.
 """
@@ -22,7 +24,8 @@ from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerReco
 from .settings import Settings
 from .spec import OpSpec
 from .space import point_id
-from .table import checked_frozen_winner, cross_checked, fill_measured, fill_nearest, read_keyed, split_winners
+from .table import (checked_frozen_winner, cross_checked, fill_measured, fill_nearest, frozen_rows, read_keyed,
+                    split_winners)
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.
@@ -94,6 +97,11 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     if other:
         lines.append(f"{other} trials measured a kernel since changed (not counted above)")
     lines.append(checks.line())
+    table = frozen_rows(spec, chip, path, kernel_hashes)
+    lines.extend(table.toolchains.lines())
+    if table.moved:
+        lines.append(table.rekeyed_line())
+        lines.extend(f"{what} {key!r}: measured for {old!r}" for key, old, what in table.moved)
     lines.extend(_measured_fills(spec, chip, found.records, fresh, kernel_hashes, pending))
     return "\n".join(lines)
 

@@ -38,7 +38,8 @@ from .spec import OpSpec
 __all__ = ["Row", "StaleWinner", "CrossChecked", "FrozenTable", "checked_frozen_winner", "cross_checked",
            "frozen_rows", "fresh_winners", "read_keyed", "rekeyed", "split_winners", "stale", "fill_nearest",
            "fill_measured", "filled_rows", "leave_one_out_fill", "MeasuredFill", "point_fits", "default_source",
-           "pending_winners", "Winners", "once", "records_key"]
+           "pending_winners", "Winners", "once", "records_key", "Toolchains", "toolchain_text", "measured_by",
+           "MEASURED_ROWS"]
 
 
 class Row(NamedTuple):
@@ -107,6 +108,76 @@ class CrossChecked:
         return text
 
 
+def toolchain_text(toolchain: Mapping[str, str]) -> str:
+    """A records' toolchain for a person: ``cuda 13.0, torch 2.11.0, triton 3.6.0``."""
+    return ", ".join(f"{tool} {version}" for tool, version in sorted(toolchain.items())) or "no toolchain named"
+
+
+def measured_by(row: Row) -> WinnerRecord | MeasureRecord | None:
+    """The record that timed ``row``'s point on its own bucket: a tuned row's winner, a measured
+    fill's measure record; None for the other fills (their point was timed on another bucket)."""
+    if row.measured is not None:
+        return row.measured
+    return row.winner if row.source is None else None
+
+
+MEASURED_ROWS = ("tuned row", "measured fill")
+"""The kinds of row :func:`measured_by` finds a record of."""
+
+
+def _measured_kind(row: Row) -> str:
+    return MEASURED_ROWS[row.measured is not None]
+
+
+@dataclass(frozen=True)
+class Toolchains:
+    """The toolchains the table's measured rows (tuned rows and measured fills) were timed under:
+    per toolchain (:func:`toolchain_text`), its rows of each kind of :data:`MEASURED_ROWS`, the
+    latest measurement's toolchain first (by date, then in the order the records were read); and,
+    in key order, the rows timed under another than that one: their times and ranking may not
+    hold under it, so they are to be measured again."""
+
+    counts: tuple[tuple[str, tuple[int, int]], ...] = ()
+    other: tuple[tuple[Key, str], ...] = ()  # (key, toolchain text) of each row of another toolchain
+
+    def lines(self) -> list[str]:
+        """What the table's docstring and ``opgen records`` say: the toolchains with their rows,
+        then the :meth:`warning` where they mix."""
+        if not self.counts:
+            return []
+        each = [(tools, " and ".join(f"{n} {what}s" for n, what in zip(rows, MEASURED_ROWS) if n))
+                for tools, rows in self.counts]
+        if len(each) == 1:
+            return [f"Measured under {each[0][0]}: {each[0][1]}."]
+        (tools, rows), *older = each
+        return [f"Measured under {len(each)} toolchains: {tools} (the latest measurement's): {rows}; "
+                + "; ".join(f"{t}: {r}" for t, r in older) + ".", self.warning()]
+
+    def warning(self) -> str | None:
+        """A line naming the rows timed under another toolchain than the latest (None: none are)."""
+        if not self.other:
+            return None
+        return (f"MIXED TOOLCHAINS: {len(self.other)} rows were timed under another toolchain than the latest "
+                f"({self.counts[0][0]}); measure their buckets again under it (`opgen tune` on cases of those "
+                "buckets, `--trials 0 --measure-fill --remeasure` for the measured fills): "
+                + ", ".join(f"{key!r} ({tools})" for key, tools in self.other) + ".")
+
+
+def toolchains_of(rows: Iterable[Row], order: Mapping[int, int]) -> Toolchains:
+    """The :class:`Toolchains` of ``rows`` (in key order); ``order``: each record's position in
+    the records read, by ``id`` (of two records of one date, the later is the later measurement)."""
+    timed = [(row, rec) for row in rows if (rec := measured_by(row)) is not None]
+    if not timed:
+        return Toolchains()
+    latest = toolchain_text(max(timed, key=lambda t: (t[1].date, order.get(id(t[1]), -1)))[1].toolchain)
+    counts: dict[str, list[int]] = {}
+    for row, rec in timed:
+        counts.setdefault(toolchain_text(rec.toolchain), [0, 0])[MEASURED_ROWS.index(_measured_kind(row))] += 1
+    ranked = sorted(counts.items(), key=lambda kv: (kv[0] != latest, kv[0]))
+    other = tuple((row.key, text) for row, rec in timed if (text := toolchain_text(rec.toolchain)) != latest)
+    return Toolchains(tuple((text, tuple(rows)) for text, rows in ranked), other)
+
+
 @dataclass(frozen=True)
 class FrozenTable:
     """Rows sorted by key (filled rows included), stale winners sorted by key, torn lines skipped,
@@ -121,6 +192,23 @@ class FrozenTable:
     kept: tuple[Key, ...] = ()  # untuned buckets left to the spec's default, measured fastest there (key order)
     pending: tuple[Key, ...] = ()  # measured buckets whose winner waits for the measure step (key order)
     defaulted: int = 0  # unmeasured buckets left to the spec's default by a nearer kept bucket
+    toolchains: Toolchains = Toolchains()  # what the measured rows were timed under
+    # (key, the key its record was measured for, its kind of MEASURED_ROWS): the measured rows
+    # whose record holds another key than its case gives now (the spec's dispatch key changed)
+    moved: tuple[tuple[Key, Key, str], ...] = ()
+
+    def rekeyed_line(self) -> str | None:
+        """What the docstring says of the measured rows frozen under another key than their
+        record holds (None: there are none)."""
+        if not self.moved:
+            return None
+        rows = [_measured_kind(r) for r in self.rows if measured_by(r) is not None]
+        moved = [what for _, _, what in self.moved]
+        parts = " and ".join(f"{moved.count(what)} of the {rows.count(what)} {what}s" for what in MEASURED_ROWS
+                             if what in moved)
+        return (f"Re-keyed: {parts} were measured for another key than the spec's dispatch key gives their case "
+                "now (its fields or bucket edges changed since): each stands for the bucket its case falls in now "
+                "(a tuned row's comment names the key it was measured for; `opgen records` lists them all).")
 
 
 def _describe(path: Path, rec: WinnerRecord) -> str:
@@ -232,7 +320,7 @@ def _content(path: Path) -> str | None:
 def _frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str],
                  fill: bool) -> FrozenTable:
     """:func:`frozen_rows`, uncached."""
-    records = read_keyed(spec, chip, path)
+    records, stored = _read_keyed(spec, chip, path)
     fresh, old, pending = split_winners(spec, chip, path, records.records, kernel_hashes)
     tunables = spec.tunables_for(chip.backend)
     rows = [Row(k, r.variant, {n: r.point[n] for n in tunables}, r) for k, r in fresh.items()]
@@ -249,8 +337,12 @@ def _frozen_rows(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Map
     old.sort(key=lambda s: sort_key(s.record.key))
     checks = cross_checked(spec, chip, records.records, fresh, kernel_hashes) if fill \
         else CrossChecked((), len(fresh))
+    order = {id(rec): i for i, rec in enumerate(records.records)}
+    moved = tuple((r.key, stored[id(rec)], _measured_kind(r))
+                  for r in rows if (rec := measured_by(r)) is not None and id(rec) in stored)
     return FrozenTable(tuple(rows), tuple(old), len(filled), records.torn, checks, len(measured),
-                       tuple(by_measure.kept), tuple(sorted(pending, key=sort_key)), defaulted)
+                       tuple(by_measure.kept), tuple(sorted(pending, key=sort_key)), defaulted,
+                       toolchains_of(rows, order), moved)
 
 
 def cross_checked(spec: OpSpec, chip: ChipProfile, records: Iterable[Record],
@@ -308,9 +400,17 @@ def fresh_winners(spec: OpSpec, chip: ChipProfile, path: Path,
 def read_keyed(spec: OpSpec, chip: ChipProfile, path: Path) -> RecordFile:
     """The records of ``spec`` on ``chip`` at ``path``, after those of the chip it inherits from
     (:func:`opgen.records.read_paths`), keyed as the spec buckets their cases now."""
+    return _read_keyed(spec, chip, path)[0]
+
+
+def _read_keyed(spec: OpSpec, chip: ChipProfile, path: Path) -> tuple[RecordFile, dict[int, Key]]:
+    """:func:`read_keyed`, and the key each record it re-keyed was stored under (by the ``id``
+    of the record returned)."""
     found = [read(p, op=spec.op, chip=name) for p, name in read_paths(path, chip)]
-    records = tuple(r for f in found for r in f.records)
-    return RecordFile(path, rekeyed(spec, records), sum(f.torn for f in found))
+    stored = tuple(r for f in found for r in f.records)
+    keyed = rekeyed(spec, stored)
+    moved = {id(new): old.key for old, new in zip(stored, keyed) if new is not old}
+    return RecordFile(path, keyed, sum(f.torn for f in found)), moved
 
 
 def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:

@@ -113,9 +113,12 @@ def layout(spec: OpSpec, table: FrozenTable) -> dict[str, Any]:
     configs = [(name, variant, _literal_lines([f"{k!r}: {py_literal(v)}" for k, v in point], 8))
                for (variant, point), name in sorted(names.items(), key=lambda kv: kv[1])]
     tuned = []
+    stored = {key: old for key, old, what in table.moved if what == "tuned row"}
     for row in table.rows:
         if row.source is None:
             parts = key_text(spec, row.key).split(", ") + comment_of(row.winner).split(", ")
+            if row.key in stored:
+                parts.append(f"measured for key {stored[row.key]!r}")
             tuned.append((row.key, names[(row.variant, tuple(row.point.items()))], _pack(parts, WIDTH - 6)))
     fills = []
     for fill in fill_ranges(spec, table.rows, names):

@@ -120,3 +120,77 @@ def test_blank_last_lines_are_no_records(toy, capsys):
         assert _build(root, capsys) == (whole, "")
     records.append(path, [_winner(spec, hashes, BLOCK=32)])
     assert len(records.read(path, op="toy_op", chip="interpreter").records) == 3
+
+
+def _measure(spec, won, N, ms, key=None, toolchain=None, date="2026-12-01"):
+    """A measure record of ``won``'s point on the case of ``N`` (stored under ``key``, else the
+    key its case gives)."""
+    case = {"N": N, "dtype": "float32"}
+    return records.MeasureRecord(
+        op="toy_op", chip="interpreter", toolchain=toolchain or won.toolchain, kernel_hash=won.kernel_hash,
+        key=key or key_of(spec, evaluate_params(spec, case_inputs(spec, case))), case=case, variant=won.variant,
+        point=dict(won.point), study=won.study, date=date, ms=ms, source=f"winner of {won.key!r}", run="r1")
+
+
+def test_rows_timed_under_another_toolchain_than_the_latest_are_named(toy, capsys):
+    """The table says which toolchains its measured rows were timed under, with counts; a row of
+    another toolchain than the latest measurement's is named in the table, by the build and by
+    `opgen records`, as one to measure again."""
+    import dataclasses
+
+    root, spec, hashes = toy
+    path = root / RECORDS
+    small, large = _winner(spec, hashes), _winner(spec, hashes, N=3000, BLOCK=32)
+    records.append(path, [small, large, _measure(spec, large, 5000, 0.7)])
+    text, err = _build(root, capsys)
+    assert "Measured under triton 3.6.0: 2 tuned rows and 1 measured fills." in text
+    assert "MIXED" not in text + err
+    old = {"triton": "3.5.0", "torch": "2.10.0"}
+    path.unlink()
+    records.append(path, [dataclasses.replace(small, toolchain=old), large, _measure(spec, large, 5000, 0.7)])
+    text, err = _build(root, capsys)
+    latest = "triton 3.6.0 (the latest measurement's): 1 tuned rows and 1 measured fills"
+    assert f"Measured under 2 toolchains: {latest}; torch 2.10.0, triton 3.5.0: 1 tuned rows." in " ".join(
+        text.split())
+    named = "MIXED TOOLCHAINS: 1 rows were timed under another toolchain than the latest (triton 3.6.0)"
+    assert named in " ".join(text.split()) and "(0,) (torch 2.10.0, triton 3.5.0)." in " ".join(text.split())
+    assert f"table_interpreter of toy_op: {named}" in err and "(0,) (torch 2.10.0, triton 3.5.0)" in err
+    assert main(["--root", str(root), "build", "--check"]) == 0  # the same bytes again
+    main(["--root", str(root), "records", "toy_op", "--chip", "interpreter"])
+    out = capsys.readouterr().out
+    assert f"Measured under 2 toolchains: {latest}" in out and named in out
+    # the latest measurement is the latest date's, a later line of one date: the old toolchain's
+    path.unlink()
+    records.append(path, [small, dataclasses.replace(large, toolchain=old, date="2026-12-01")])
+    table = frozen_rows(spec, CHIP, path, hashes)
+    assert table.toolchains.counts == (("torch 2.10.0, triton 3.5.0", (1, 0)), ("triton 3.6.0", (1, 0)))
+    assert table.toolchains.other == (((0,), "triton 3.6.0"),)
+
+
+def test_rows_whose_case_moved_to_another_bucket_are_frozen_where_it_falls_now_and_named(toy, capsys):
+    """A record measured for a key the spec no longer gives its case (an edge moved) stands for
+    the bucket its case falls in now, and the table, its row and `opgen records` say so."""
+    root, spec, hashes = toy
+    path = root / RECORDS
+    small, large = _winner(spec, hashes), _winner(spec, hashes, N=3000, BLOCK=32)
+    records.append(path, [small, large, _measure(spec, small, 5000, 0.7)])
+    text, _ = _build(root, capsys)
+    assert "Re-keyed" not in text and "measured for key" not in text
+    spec_file = root / "specs" / "toy_op.yaml"
+    spec_file.write_text(spec_file.read_text().replace("buckets: [64, 4096]", "buckets: [32, 2048, 4096]"))
+    moved = load_spec(spec_file, root)  # N=50 in bucket 1 now, N=3000 in 2, N=5000 in 3
+    table = frozen_rows(moved, CHIP, path, hashes)
+    assert [(r.key, r.source) for r in table.rows if r.source is None or r.measured] == [((1,), None), ((2,), None),
+                                                                                            ((3,), (1,))]
+    assert table.moved == (((1,), (0,), "tuned row"), ((2,), (1,), "tuned row"), ((3,), (2,), "measured fill"))
+    text, _ = _build(root, capsys)
+    flat = " ".join(text.split())
+    assert ("Re-keyed: 2 of the 2 tuned rows and 1 of the 1 measured fills were measured for another key than the "
+            "spec's dispatch key gives their case now") in flat
+    assert "# N in (32, 2048], median 0.5000 ms, tuned 2026-11-30, measured for key (0,)\n    (1,): " in text
+    assert main(["--root", str(root), "build", "--check"]) == 0
+    main(["--root", str(root), "records", "toy_op", "--chip", "interpreter"])
+    out = capsys.readouterr().out
+    for line in ("tuned row (1,): measured for (0,)", "tuned row (2,): measured for (1,)",
+                 "measured fill (3,): measured for (2,)"):
+        assert line in out

@@ -107,3 +107,60 @@ def test_gla_kernels_are_nodes_of_the_compiled_graph(monkeypatch):
     (twin,) = module._TWINS.values()
     assert twin.KERNEL is twin.chunk_gla_fwd_o_gk_kernel and isinstance(twin.KERNEL, JITFunction)  # unwrapped after
     torch._dynamo.reset()
+
+
+def _first_line(fn, *args, fullgraph=True, **kwargs):
+    """The exception ``fn`` raises compiled (backend eager), and the first line of its message."""
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as caught:
+        torch.compile(fn, backend="eager", fullgraph=fullgraph)(*args, **kwargs)
+    return caught.value, str(caught.value).splitlines()[0]
+
+
+def _gla_args():
+    x = gla_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=5)
+    return x["q"], x["v"], x["g"], x["A"], x["h"]
+
+
+@pytest.mark.parametrize("change, kind, first", [
+    ({"chunk_size": 48}, ValueError, "chunk_gla_fwd_o_gk: chunk_size must be one of 32, 64, got 48"),
+    ({"v": lambda v: v.float()}, TypeError, "chunk_gla_fwd_o_gk: v.dtype must be one of float16, bfloat16, got "
+                                            "torch.float32"),
+    ({"h": lambda h: h[:, :, :1]}, ValueError, "chunk_gla_fwd_o_gk: h.shape[2] must be H = 2 (from q.shape[2]), "
+                                               "got 1"),
+], ids=["value", "dtype", "shape"])
+def test_a_compiled_call_the_op_refuses_leads_with_the_ops_own_message(change, kind, first):
+    """Under torch.compile(fullgraph=True) the error is the op's own, of its own kind, its message
+    the first line (Dynamo would otherwise lead with "RuntimeError when making fake tensor call");
+    without fullgraph the graph breaks there and the eager call raises it."""
+    from generated.chunk_gla_fwd_o_gk import chunk_gla_fwd_o_gk
+
+    args = dict(zip("q v g A h".split(), _gla_args()), scale=0.5, chunk_size=32)
+    args.update({k: v(args[k]) if callable(v) else v for k, v in change.items()})
+    tensors = [args.pop(n) for n in "q v g A h".split()]
+    for fullgraph in (True, False):
+        exc, line = _first_line(lambda *t: chunk_gla_fwd_o_gk(*t, **args).float() + 1.0, *tensors,
+                                fullgraph=fullgraph)
+        assert isinstance(exc, kind) and line == first, (fullgraph, type(exc), str(exc))
+
+
+def test_the_mamba3_stage_and_the_composed_backward_lead_with_their_own_message():
+    from composed import mamba3_mimo_backward
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+    from opgen.references.mamba3_mimo_forward import INPUTS, make_inputs
+
+    x = mamba3_inputs(1, 16, 2, 1, 8, 8, 2, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=5)
+    exc, line = _first_line(lambda **kw: mamba3_mimo_bwd_fwd(**{**kw, "z": None}), **x)
+    assert isinstance(exc, ValueError)
+    assert line == "mamba3_mimo_bwd_fwd: mimo_z and z must be given together (the Z gate needs both), got mimo_z " \
+                   "True and z False"
+    x = make_inputs(1, 10, 2, 1, 16, 8, 1, chunk_size=8, dtype=torch.float32, has_z=False, has_d=False, seed=4)
+    x = {n: t.float() if isinstance(t, torch.Tensor) else t for n, t in x.items()}  # its parameters are float64
+    tensors = [x["dout"]] + [x[n] if n != "dt" else x[n][0] for n in INPUTS]
+    exc, line = _first_line(lambda *t: mamba3_mimo_backward(*t, chunk_size=8), *tensors)
+    assert isinstance(exc, ValueError) and line == "mamba3_mimo_backward: dt must have 3 dims [B, H, S], got shape " \
+                                                   "(2, 10)"
+    tensors[1 + INPUTS.index("dt")] = x["dt"]
+    tensors[1 + INPUTS.index("k")] = x["k"][..., :-2]  # a stage's own check, through the composed op
+    exc, line = _first_line(lambda *t: mamba3_mimo_backward(*t, chunk_size=8), *tensors)
+    assert isinstance(exc, ValueError) and line.startswith("mamba3_mimo_bwd_fwd: k.shape[4] must be N = 16"), line

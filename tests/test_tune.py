@@ -240,7 +240,8 @@ def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_pat
         ok = sum(1 for r in trials if r["key"] == [key] and r["status"] == "ok")
         assert " good " in row and row.endswith(f"  {ok} ok") and "%" in row
     gate = next(i for i, line in enumerate(report) if line.startswith("Fill rule: "))  # the fill gate's lines close it
-    assert report[gate - 1].startswith("Cross-check: 2 of 2 tuned rows checked")
+    assert report[gate - 2].startswith("Cross-check: 2 of 2 tuned rows checked")
+    assert report[gate - 1].startswith("Measured under ") and report[gate - 1].endswith(": 2 tuned rows.")
     lines = (root / RECORDS).read_text().splitlines()
     for i, line in enumerate(lines):
         rec = json.loads(line)

@@ -321,6 +321,34 @@ def test_a_winner_is_written_only_while_its_bucket_claim_holds(postgres_url):
     table.close()
 
 
+def test_pulling_from_a_database_without_records_of_the_op_says_so(tmp_path, postgres_url, capsys):
+    """`opgen records --pull` from a database no campaign has opened, or one holding only other
+    ops' or chips' records, says it holds none of this op on this chip (naming what it holds) and
+    exits 2, appending nothing; never that a campaign stopped."""
+    from opgen.cli import main
+    from opgen.db_records import RecordTable
+    from opgen.records import WinnerRecord
+    from opgen.storage import open_storage
+
+    pulled = tmp_path / RECORDS
+    args = ["--root", str(TOY), "records", "toy_op", "--chip", "interpreter", "--records", str(pulled),
+            "--pull", postgres_url]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds no records of toy_op on interpreter; no campaign has recorded any there: nothing to pull" in err
+    assert "campaign stopped" not in err and not pulled.exists()
+    open_storage(postgres_url)  # the tables, as a campaign of another chip leaves them
+    table = RecordTable(postgres_url)
+    table.append([WinnerRecord(op="toy_op", chip="h200", toolchain={}, kernel_hash="k", key=(0,), case={"N": 50},
+                               variant="good", point={"BLOCK": 16}, study="s", date="2026-11-30", median_ms=1.0,
+                               remeasured_ms={}, margin=None, error={}, budget=None)])
+    table.close()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "holds no records of toy_op on interpreter; it holds records of toy_op on h200 (1): nothing" in err
+    assert not pulled.exists()
+
+
 # --- a journal or SQLite file: one campaign at a time, or the shares of one split -------------
 _HOLD = ("import sys; from pathlib import Path; from opgen.storage import hold_campaign_lock; "
          "hold_campaign_lock(Path(sys.argv[1]), eval(sys.argv[2])); print('held', flush=True); sys.stdin.read()")
