@@ -50,8 +50,11 @@ def _holds(conn: Any, pid: int, key: int) -> bool:
 class RecordTable:
     """The records table of the PostgreSQL storage ``url``."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, campaign: bool = True) -> None:
+        """``campaign``: a tuning campaign's table (a failure stops it: the message says how to
+        resume), else a reader's (``records --pull``: the message says nothing was read)."""
         self.url = url
+        self.campaign = campaign
         self._engine = engine(url)
 
     def _run(self, fn: Any) -> Any:
@@ -61,9 +64,10 @@ class RecordTable:
             with self._engine.begin() as conn:
                 return fn(conn)
         except sqlalchemy.exc.DBAPIError as exc:
-            raise StorageError(f"the records table of {shown(self.url)}: {first_line(exc)}; the campaign "
-                               "stopped: run the same command again to resume it (every recorded trial "
-                               "is kept, the one cut off is measured again)") from None
+            then = ("the campaign stopped: run the same command again to resume it (every recorded trial "
+                    "is kept, the one cut off is measured again)" if self.campaign else
+                    "nothing was read (check that the server is up and the URL names it)")
+            raise StorageError(f"the records table of {shown(self.url)}: {first_line(exc)}; {then}") from None
 
     def append(self, records: Iterable[Record], holder: tuple[int, int] | None = None) -> None:
         """Append records, in order, in one transaction; with ``holder`` (a claim's server process
@@ -136,7 +140,7 @@ def export(url: str, path: Path, op: str, chip: str, required: bool = False) -> 
         StorageError: with ``required``, where the storage holds no record of ``op`` on ``chip``
             (nothing appended), naming the ops and chips it holds records of.
     """
-    table = RecordTable(url)
+    table = RecordTable(url, campaign=False)
     try:
         found = table.read(op, chip)
         if required and not found:

@@ -349,6 +349,21 @@ def test_pulling_from_a_database_without_records_of_the_op_says_so(tmp_path, pos
     assert not pulled.exists()
 
 
+def test_pulling_from_a_server_that_does_not_answer_says_nothing_was_read(tmp_path, capsys):
+    """`opgen records --pull` from a server that does not answer names the URL (password masked)
+    and the driver's reason, says nothing was read and exits 2; no campaign ran, so none stopped."""
+    from opgen.cli import main
+
+    pulled = tmp_path / RECORDS
+    url = "postgresql://user:SECRET@127.0.0.1:1/db?connect_timeout=5"
+    assert main(["--root", str(TOY), "records", "toy_op", "--chip", "interpreter", "--records", str(pulled),
+                 "--pull", url]) == 2
+    err = capsys.readouterr().err
+    assert "the records table of postgresql://user:***@127.0.0.1:1/db" in err
+    assert "nothing was read (check that the server is up" in err
+    assert "campaign" not in err and "SECRET" not in err and not pulled.exists()
+
+
 # --- a journal or SQLite file: one campaign at a time, or the shares of one split -------------
 _HOLD = ("import sys; from pathlib import Path; from opgen.storage import hold_campaign_lock; "
          "hold_campaign_lock(Path(sys.argv[1]), eval(sys.argv[2])); print('held', flush=True); sys.stdin.read()")
