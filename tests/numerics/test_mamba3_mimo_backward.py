@@ -2,9 +2,9 @@
 
 Every gradient of ``composed.mamba3_mimo_backward`` (the function, the custom op and the autograd
 path) is compared with ``forward_grads``, float64 autograd of the chunked reference forward, on
-fresh random inputs: tails (S % C != 0), GQA, the Z gate and D on and off, R = 1, 2, 4, N = 16 and
-32, theta and per-step angles. The half activations and the float32 parameters are rounded before
-both sides see them, so the golden has no input rounding to forgive.
+fresh random inputs: tails (S % C != 0), GQA, the Z gate and D on and off, R = 1, 2, 4, 8, N = 16,
+32, 64 and 128, theta and per-step angles. The half activations and the float32 parameters are
+rounded before both sides see them, so the golden has no input rounding to forgive.
 
 Bars. The float32 gradients: the stages compute in fp32 (bar FP32_BAR = 2^-16 of max |golden| in
 their own tests: fp32 rounding over sums of at most a few hundred terms) and the reductions add fp32
@@ -52,6 +52,8 @@ CASES = [  # (how, B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, raw_ang
     ("function", 1, 20, 2, 1, 16, 16, 2, 8, "bfloat16", True, True, 4, True),   # tail 4, Z, D
     ("custom_op", 1, 19, 4, 2, 32, 16, 4, 8, "float16", False, False, 2, False),  # GQA, R = 4
     ("autograd", 2, 12, 2, 1, 16, 16, 1, 8, "bfloat16", True, False, 4, True),  # R = 1, B = 2
+    ("function", 1, 9, 2, 1, 64, 16, 8, 8, "bfloat16", False, True, 4, False),  # R = 8, N = 64, tail 1
+    ("function", 1, 11, 2, 2, 128, 8, 2, 8, "float16", True, True, 2, True),  # N = 128, G = H, tail 3
 ]
 
 
