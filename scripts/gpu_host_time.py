@@ -32,7 +32,7 @@ compiled call's outputs from the eager call's. Writes ``host_time.md`` and ``hos
 
 Usage, from the repository root:
 
-    python3 scripts/gpu_host_time.py --out OUT [--ops OP ...] [--cases host bench] [--case ID ...]
+    python3 scripts/gpu_host_time.py --out DIR [--ops OP ...] [--cases host bench] [--case ID ...]
 """
 from __future__ import annotations
 
