@@ -79,18 +79,24 @@ def first_output(out):
 
 
 def _graph_replay(call, device):
-    """``call`` captured once in a CUDA graph (after warm-up calls on a side stream, as torch's
-    documentation has it); the graph's replay."""
-    stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    return graph.replay
+    """A function replaying a CUDA graph of ``call``, captured at its first call (after warm-up calls
+    on a side stream, as torch's documentation has it)."""
+    replay = []
+
+    def run():
+        if not replay:
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                for _ in range(3):
+                    call()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                call()
+            replay.append(graph.replay)
+        return replay[0]()
+    return run
 
 
 def _views(arguments, names, view):
@@ -148,19 +154,36 @@ def measure_case(spec, row, backend, rounds, calls, seed):
     names = activations(spec.op)
     first = next(n for n in spec.signature.tensors if n in names and arguments[n] is not None)
     fns, call, block = _callables(op, arguments, names, first, torch.device(backend.device))
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    backend.synchronize()
+    failed = {}  # a mode that fails (a trace torch refuses, a capture) is named; the others measured
+    for mode, fn in list(fns.items()):
+        try:
+            for _ in range(3):
+                fn()
+            backend.synchronize()
+        except Exception as exc:  # noqa: BLE001
+            failed[mode] = _reason(exc)
+            del fns[mode]
+    nan = float("nan")
     host = {m: statistics.median(bench.host_overhead(backend, fns[m], calls) * 1e6 for _ in range(rounds))
-            for m in HOST}
-    wall = {m: statistics.median(wall_us(backend, fns[m], calls) for _ in range(rounds)) for m in WALL}
-    device = {m: bench.median(bench.measure(backend, fns[m])) for m in DEVICE}
-    breaks = {name: torch._dynamo.explain(fn)(**arguments).graph_break_count
-              for name, fn in (("op", call), ("block", block))}
-    return dict(op=spec.op, case=case_id(row), graph_breaks=breaks,
-                compiled_diff=_largest_difference(fns["eager"](), fns["compiled"]()),
-                host_us=host, wall_us=wall, device_ms=device)
+            if m in fns else nan for m in HOST}
+    wall = {m: statistics.median(wall_us(backend, fns[m], calls) for _ in range(rounds)) if m in fns else nan
+            for m in WALL}
+    device = {m: bench.median(bench.measure(backend, fns[m])) if m in fns else nan for m in DEVICE}
+    breaks = {}
+    for name, fn in (("op", call), ("block", block)):
+        try:
+            breaks[name] = torch._dynamo.explain(fn)(**arguments).graph_break_count
+        except Exception as exc:  # noqa: BLE001
+            failed[f"explain {name}"] = _reason(exc)
+            breaks[name] = -1
+    diff = _largest_difference(fns["eager"](), fns["compiled"]()) if "compiled" in fns else nan
+    return dict(op=spec.op, case=case_id(row), graph_breaks=breaks, compiled_diff=diff,
+                host_us=host, wall_us=wall, device_ms=device, failed=failed)
+
+
+def _reason(exc):
+    """An exception's kind and first line."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
 
 
 def _largest_difference(eager, compiled):
@@ -195,6 +218,7 @@ def table(rows):
                  f"{w['block_compiled'] / w['block_eager']:.2f}", f"{h['reduce_overhead'] / h['graph']:.2f}",
                  f"{d['eager_strided'] / d['eager']:.3f}", f"{d['eager_transposed'] / d['eager']:.3f}"]
         out.append("| " + " | ".join(cells) + " |")
+    out += [f"- {r['case']}, {mode} failed: {why}" for r in rows for mode, why in r["failed"].items()]
     return "\n".join(out)
 
 
