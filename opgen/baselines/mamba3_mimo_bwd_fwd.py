@@ -50,11 +50,12 @@ mimo_z / z without the other, tensors off a CUDA device.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from opgen.baselines.tilelang_mamba3 import KernelConfig, build, check_case, dtype_name, import_kernel
 from opgen.errors import UnsupportedInput
 
 __all__ = ["KernelConfig", "UPSTREAM_ARGS", "OUTPUTS", "kernel_config", "to_upstream",
@@ -68,29 +69,6 @@ UPSTREAM_ARGS = ("dout", "q", "k", "v", "q_bias", "k_bias", "mimo_v", "mimo_o", 
 OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
 
 _WHO = "tilelang baseline of mamba3_mimo_bwd_fwd"
-_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-@dataclass(frozen=True)
-class KernelConfig:
-    """The compile-time arguments of upstream's kernel: B, S, H, G dynamic, or the ``shape`` given."""
-
-    N: int
-    P: int
-    R: int
-    has_z: bool
-    has_d: bool
-    chunk_size: int
-    rotary_dim_divisor: int
-    dtype: str
-    threads: int = 128  # mamba_mimo_bwd_combined's bf_threads
-    num_stages: int = 0  # and bf_num_stages
-    shape: tuple[int, int, int, int] | None = None  # (B, S, H, G) as constants; None: dynamic
-
-    def builder_args(self, B: Any, S: Any, H: Any, G: Any) -> tuple:
-        """The positional arguments of ``mamba_mimo_bwd_fwd`` (reduceO is always True here)."""
-        return (B, S, H, G, self.N, self.P, self.R, self.has_z, self.has_d, True, self.chunk_size,
-                self.rotary_dim_divisor, self.dtype, self.threads, self.num_stages)
 
 
 def kernel_config(N: int, P: int, R: int, S: int, has_z: bool, has_d: bool, chunk_size: int,
@@ -99,13 +77,8 @@ def kernel_config(N: int, P: int, R: int, S: int, has_z: bool, has_d: bool, chun
 
     ``dtype`` is the input dtype's name (``bfloat16``); S only decides whether there is a tail.
     """
-    if dtype not in _DTYPES.values():
-        raise UnsupportedInput(f"{_WHO}: q/k/v/dout in {dtype}: upstream runs its kernel in float16 "
-                               f"or bfloat16 (it stores every tile in the input dtype)")
-    if S % chunk_size:
-        raise UnsupportedInput(f"{_WHO}: S={S} is not a multiple of chunk_size={chunk_size}: "
-                               f"upstream's kernel is exercised on whole chunks only (its test "
-                               f"inputs assert S % chunk_size == 0; its wrapper pads nothing)")
+    check_case(_WHO, dtype, S, chunk_size, "upstream's kernel is exercised on whole chunks only "
+               "(its test inputs assert S % chunk_size == 0; its wrapper pads nothing)")
     return KernelConfig(N, P, R, bool(has_z), bool(has_d), chunk_size, rotary_dim_divisor, dtype)
 
 
@@ -140,7 +113,7 @@ def to_upstream(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     H, P = v.shape[2], v.shape[3]
     dtype = q.dtype
     config = kernel_config(N, P, R, S, z is not None, d is not None, chunk_size, rotary_dim_divisor,
-                           _DTYPES.get(dtype, str(dtype).removeprefix("torch.")))
+                           dtype_name(dtype))
     nc = S // chunk_size
     dev = q.device
 
@@ -177,25 +150,13 @@ _KERNELS: dict[KernelConfig, Any] = {}
 
 def _import_builder() -> tuple[Any, Any]:
     """(mamba_mimo_bwd_fwd, tilelang.language), or UnsupportedInput naming how to get them."""
-    try:
-        import tilelang.language as T
-        from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_fwd
-    except ImportError as e:
-        raise UnsupportedInput(
-            f"{_WHO} needs tilelang 0.1.8 and mamba-ssm's mamba3_mimo_bwd.py ({e}): run "
-            f"`source .tilelang/activate.sh` first (the folder tilelang_bundle.sh builds)") from e
-    return mamba_mimo_bwd_fwd, T
+    return import_kernel(_WHO, "mamba_mimo_bwd_fwd")
 
 
 def compiled(config: KernelConfig) -> Any:
     """Upstream's kernel for ``config``, built once per process (TileLang's disk cache, under
     TILELANG_CACHE_DIR, keeps it across processes)."""
-    kernel = _KERNELS.get(config)
-    if kernel is None:
-        builder, T = _import_builder()
-        dims = config.shape or (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
-        kernel = _KERNELS[config] = builder(*config.builder_args(*dims))
-    return kernel
+    return build(_KERNELS, config, _import_builder)
 
 
 def tilelang(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
