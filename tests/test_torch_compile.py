@@ -164,3 +164,38 @@ def test_the_mamba3_stage_and_the_composed_backward_lead_with_their_own_message(
     tensors[1 + INPUTS.index("k")] = x["k"][..., :-2]  # a stage's own check, through the composed op
     exc, line = _first_line(lambda *t: mamba3_mimo_backward(*t, chunk_size=8), *tensors)
     assert isinstance(exc, ValueError) and line.startswith("mamba3_mimo_bwd_fwd: k.shape[4] must be N = 16"), line
+
+
+def test_the_composed_backward_is_one_graph_and_its_autograd_path_compiles():
+    """The whole Mamba-3 backward (both stages and the reductions) traces with fullgraph and no
+    graph break, its gradients equal to the eager call's; a loss through the autograd path
+    (reference forward, opgen's backward) compiles, and its gradients are the eager ones."""
+    import functools
+
+    from composed import mamba3_mimo_backward, with_opgen_backward
+    from opgen.references.mamba3_mimo_forward import INPUTS, forward, make_inputs
+
+    x = make_inputs(1, 10, 2, 1, 16, 8, 2, chunk_size=8, dtype=torch.bfloat16, has_z=True, has_d=True, seed=4)
+    x = {n: t.float() if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t for n, t in x.items()}
+    tensors = [x["dout"]] + [x[n] for n in INPUTS]
+    call = lambda *t: mamba3_mimo_backward(*t, chunk_size=8)  # noqa: E731
+    eager = call(*tensors)
+    compiled = torch.compile(call, fullgraph=True, backend="aot_eager")(*tensors)
+    assert all((a is None) == (b is None) and (a is None or torch.equal(a, b)) for a, b in zip(eager, compiled))
+    assert torch._dynamo.explain(call)(*tensors).graph_break_count == 0
+    leaves = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+              for t in (x[n] for n in INPUTS)]
+    layer = with_opgen_backward(functools.partial(forward, chunk_size=8), chunk_size=8)
+
+    def loss(*inputs):
+        return (layer(*inputs).float() * x["dout"].float()).sum()
+
+    grads = []
+    for fn in (torch.compile(loss, fullgraph=True, backend="aot_eager"), loss):
+        for t in leaves:
+            if isinstance(t, torch.Tensor):
+                t.grad = None
+        fn(*leaves).backward()
+        grads.append([t.grad for t in leaves if isinstance(t, torch.Tensor)])
+    assert all(g is not None and g.abs().max() > 0 for g in grads[1])
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(*grads))
