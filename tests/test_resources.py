@@ -262,8 +262,28 @@ GLA_HARD = [
      {"B": 4, "H": 16, "K": 128, "T": 2048, "V": 128, "chunk_size": 64, "dtype": "float16"}, 24576),
 ]
 
+# The same for mamba3_mimo_bwd_fwd (issue 41): the points its earlier formula underestimated in
+# `opgen resources mamba3_mimo_bwd_fwd --chip h200 --check-budget --sample 3 --seed 0` per variant
+# family, one per kernel family: splitscan's scan kernel (the associative scan's cross-warp
+# scratch, a table choice), fold's pipelined chunk loop (q, k, their partners and fp32 biases).
+MAMBA3_HARD = [
+    ("splitscan_static_separate", {"BLOCK_N": 16, "BLOCK_P": 64, "CHUNK_HALVES": False, "CHUNK_MAXNREG": 0,
+                                   "DOT_PRECISION": "tf32x3", "GATE_KERNEL": False, "ROW_TILES": True,
+                                   "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 64, "STATE_PREFETCH": False,
+                                   "STATE_TRANSPOSED": False, "num_stages": 2, "num_warps": 4},
+     {"B": 4, "G": 1, "H": 16, "N": 16, "P": 64, "R": 4, "S": 2048, "chunk_size": 8, "d_given": True,
+      "dtype": "bfloat16"}, 32768),
+    ("fold_static_separate", {"BLOCK_N": 128, "BLOCK_P": 16, "CHUNK_HALVES": False, "CHUNK_MAXNREG": 0,
+                              "DOT_PRECISION": "ieee", "GATE_KERNEL": False, "ROW_TILES": False,
+                              "STATE_BLOCK_N": 128, "STATE_BLOCK_P": 32, "STATE_PREFETCH": False,
+                              "STATE_TRANSPOSED": False, "num_stages": 2, "num_warps": 4},
+     {"B": 4, "G": 1, "H": 16, "N": 128, "P": 32, "R": 4, "S": 2048, "chunk_size": 16, "d_given": True,
+      "dtype": "bfloat16"}, 323328),
+]
 
-@pytest.mark.parametrize("op, hard", [("chunk_gla_fwd_o_gk", GLA_HARD)])
+
+@pytest.mark.parametrize("op, hard", [("chunk_gla_fwd_o_gk", GLA_HARD),
+                                     ("mamba3_mimo_bwd_fwd", MAMBA3_HARD)])
 def test_budget_formula_bounds_the_compiled_shared_memory_at_the_hardest_points(op, hard, tmp_path):
     """The spec's smem_bytes formula at or above the shared memory Triton allocates for sm_90a
     (the largest kernel of a point), on the points named above, compiled cold (a few seconds
