@@ -607,17 +607,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``opgen`` console script."""
-    parser = options.Parser(prog="opgen", description=__doc__.splitlines()[0])
-    parser.add_argument("--root", help="project root (default: found from the current directory)")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_build(sub: Any) -> None:
+    """``opgen build``'s arguments."""
     build = sub.add_parser("build", help="render generated/ from specs, templates and records")
     build.add_argument("--check", action="store_true", help="exit 1 if generated/ is stale; write nothing")
     build.set_defaults(func=_cmd_build)
-    commands = {"build": _cmd_build, "cases": _cmd_cases, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
-                "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report,
-                "resources": _cmd_resources, "host-time": _cmd_host_time}
+
+def _add_cases(sub: Any) -> None:
+    """``opgen cases``'s arguments."""
     cases_p = sub.add_parser("cases", help="draw the case sets of an op's sampling section into its file")
     cases_p.add_argument("op", help="operator (specs/<op>.yaml)")
     cases_p.add_argument("--sample", type=options.integer(1, MAX_CASES, "cases one draw may check"), help="cases to draw (default: the section's count)")
@@ -629,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     cases_p.add_argument("--out", type=options.file_to_write, help="write here instead of the section's file")
     cases_p.add_argument("--check", action="store_true", help="exit 1 if the file differs from the draw; write nothing")
     cases_p.set_defaults(func=_cmd_cases)
+
+def _add_tune(sub: Any) -> None:
+    """``opgen tune``'s arguments."""
     tune_p = sub.add_parser("tune", help="search tunables on a device; append tuning records")
     tune_p.add_argument("op", help="operator (specs/<op>.yaml)")
     tune_p.add_argument("--chip", required=True, help="chip profile (h200, ascend910b3, interpreter, ...)")
@@ -685,6 +685,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="PostgreSQL storage: seconds between heartbeats of a running trial; one that "
                              "misses three is failed and measured again by another process")
     tune_p.set_defaults(func=_cmd_tune)
+
+def _add_bench(sub: Any) -> None:
+    """``opgen bench``'s arguments."""
     bench_p = sub.add_parser("bench", help="time a generated op against a baseline, side by side")
     bench_p.add_argument("op", help="operator (specs/<op>.yaml)")
     bench_p.add_argument("--baseline", required=True, help="a baseline named in the spec (e.g. fla)")
@@ -710,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     bench_p.add_argument("--merge", nargs="+", type=options.file_to_read, metavar="JSON",
                          help="run nothing: print one table from the --json files of shards run apart")
     bench_p.set_defaults(func=_cmd_bench)
+
+def _add_host_time(sub: Any) -> None:
+    """``opgen host-time``'s arguments."""
     host_p = sub.add_parser("host-time", help="the host work one call of each generated op costs up to its "
                                               "kernels' launch, beside a torch add_")
     host_p.add_argument("ops", nargs="*", help="operators (default: every op of specs/)")
@@ -725,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     host_p.add_argument("--seed", type=int, default=0)
     host_p.add_argument("--json", type=options.file_to_write, help="also write the results as JSON")
     host_p.set_defaults(func=_cmd_host_time)
+
+def _add_records(sub: Any) -> None:
+    """``opgen records``'s arguments."""
     records_p = sub.add_parser("records", help="report what the tuning records of an op on a chip hold")
     records_p.add_argument("op")
     records_p.add_argument("--chip", required=True)
@@ -732,6 +741,9 @@ def main(argv: list[str] | None = None) -> int:
     records_p.add_argument("--pull", metavar="URL", type=options.database_url,
                            help="first append the records a PostgreSQL tuning storage holds and the file lacks")
     records_p.set_defaults(func=_cmd_records)
+
+def _add_explain(sub: Any) -> None:
+    """``opgen explain``'s arguments."""
     explain_p = sub.add_parser("explain", help="what the frozen table runs for one call's shape, and why")
     explain_p.add_argument("op")
     explain_p.add_argument("--chip", required=True)
@@ -744,6 +756,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "end's verdict on an NPU chip)")
     explain_p.add_argument("--python", help="with --compile: a Python whose Triton has the NVIDIA backend")
     explain_p.set_defaults(func=_cmd_explain)
+
+def _add_resources(sub: Any) -> None:
+    """``opgen resources``'s arguments."""
     resources_p = sub.add_parser(
         "resources", help="what the compiler says of the kernels the frozen table launches, no device",
         description="Every kernel the frozen table of CHIP launches (each distinct choice at the case it was measured on, "
@@ -782,6 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     resources_p.add_argument("--variants", type=options.names, help="with --check-budget: only these variants (comma-separated)")
     resources_p.add_argument("--no-choices", action="store_true", help="with --check-budget: the drawn points alone")
     resources_p.set_defaults(func=_cmd_resources)
+
+def _add_report(sub: Any) -> None:
+    """``opgen report``'s arguments."""
     report_p = sub.add_parser("report", help="a markdown page with plots of an op on a chip, from the committed files")
     report_p.add_argument("op")
     report_p.add_argument("--chip", required=True)
@@ -789,9 +807,15 @@ def main(argv: list[str] | None = None) -> int:
     report_p.add_argument("--storage", type=options.storage_to_read, help="read the tuning history from this optuna storage (RDB URL or journal "
                           "file) instead of the records")
     report_p.set_defaults(func=_cmd_report)
+
+def _add_schema(sub: Any) -> None:
+    """``opgen schema``'s arguments."""
     schema_p = sub.add_parser("schema", help="the JSON Schema of the spec format")
     schema_p.add_argument("--out", type=options.file_to_write, help="write it to this file (the repository keeps specs/spec.schema.json)")
     schema_p.set_defaults(func=_cmd_schema)
+
+def _add_replay(sub: Any) -> None:
+    """``opgen replay``'s arguments."""
     replay_p = sub.add_parser("replay", help="replay the search on a recorded exhaustive sweep")
     replay_p.add_argument("op")
     replay_p.add_argument("--chip", required=True)
@@ -801,12 +825,32 @@ def main(argv: list[str] | None = None) -> int:
     replay_p.add_argument("--within", type=options.non_negative, default=0.03, help="gap to the exhaustive best that counts as a hit")
     replay_p.add_argument("--seeds", type=options.positive_int, default=20)
     replay_p.set_defaults(func=_cmd_replay)
+
+def parser() -> options.Parser:
+    """The ``opgen`` command line: the global options, then one sub-command per verb."""
+    top = options.Parser(prog="opgen", description=__doc__.splitlines()[0])
+    top.add_argument("--root", help="project root (default: found from the current directory)")
+    sub = top.add_subparsers(dest="command", required=True)
+    for add in (_add_build, _add_cases, _add_tune, _add_bench, _add_host_time, _add_records, _add_explain,
+                _add_resources, _add_report, _add_schema, _add_replay):
+        add(sub)
+    return top
+
+
+COMMANDS = {"build": _cmd_build, "cases": _cmd_cases, "tune": _cmd_tune, "bench": _cmd_bench, "records": _cmd_records,
+            "replay": _cmd_replay, "explain": _cmd_explain, "schema": _cmd_schema, "report": _cmd_report,
+            "resources": _cmd_resources, "host-time": _cmd_host_time}
+"""Each verb's function (a shard process, parsed by its parent, names its verb)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``opgen`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == [FROM_STDIN]:  # a shard process (opgen.shard): its options, parsed by its parent
         args = argparse.Namespace(**json.loads(sys.stdin.read()))
-        args.func = commands[args.command]
+        args.func = COMMANDS[args.command]
     else:
-        args = parser.parse_args(argv)
+        args = parser().parse_args(argv)
     try:
         return args.func(args)
     except OpgenError as exc:
