@@ -1,15 +1,18 @@
-"""Setting up a tuning campaign from the command line, and reading its results.
+"""A tuning campaign from the command line: set up, its steps run in order, its results read.
 
 Storage (journal file or RDB URL, opened by ``storage``), the records sink (the records file, or
 the database of a PostgreSQL storage, ``db_records``), the bucket claims of a shared storage
-(``claims``), the device and its core count, the earlier winners that seed each study, and the
-end-of-campaign summary. Uses ``tune``, ``settings``, ``kernels``, ``records``, ``table``,
-``backends``, ``storage``.
+(``claims``), the device and its core count, the earlier winners that seed each study, the
+end-of-campaign summary; and :func:`run`, the steps of one ``opgen tune`` (:class:`TuneRun`): the
+search, the cross-check, the measured fill. Uses ``tune``, ``settings``, ``kernels``, ``records``,
+``table``, ``backends``, ``storage``, ``plan``, ``cross_check``, ``measure_fill``, ``lifetime``,
+``db_records``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
@@ -21,7 +24,11 @@ from .settings import CampaignConfig, Settings
 from .storage import HEARTBEAT_SECONDS, is_postgres, mend_journal, open_storage
 from .tune import Campaign, Sink
 
-__all__ = ["open_storage", "mend_journal", "record_sink", "summary", "open_campaign", "earlier_winners"]
+if TYPE_CHECKING:
+    from .measure_fill import MeasureInputs
+
+__all__ = ["open_storage", "mend_journal", "record_sink", "summary", "open_campaign", "earlier_winners", "TuneRun",
+           "run", "pull", "measure_inputs"]
 
 
 def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
@@ -134,3 +141,166 @@ def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> d
         if point not in found and len(found) < keep:
             found.append(point)
     return out
+
+
+@dataclass(frozen=True)
+class TuneRun:
+    """One ``opgen tune`` run on a device, past the dry run and the split over devices: what it
+    searches (``plans``, with ``trials`` > 0) and which steps follow (the cross-check, the
+    measured fill), with the settings the command line gave."""
+
+    root: Path
+    spec: OpSpec
+    chip: ChipProfile
+    rows: list[dict[str, Any]]
+    plans: list[Any]
+    variants: list[str] | None
+    settings: Settings
+    device: str | None
+    storage: str
+    records: Path
+    date: str
+    progress: bool = True
+    shard: tuple[int, int] | None = None
+    heartbeat: int = HEARTBEAT_SECONDS
+    cross_check: bool = False
+    cross_check_all: bool = False
+    cross_margin: float = 0.10
+    measure_fill: bool = False
+    remeasure: bool = False
+    drop_below: float = 0.95
+    drop_after: int = 5
+
+
+def run(r: TuneRun) -> None:
+    """The steps of ``opgen tune``, in order, on one storage: the search (``trials`` > 0), then
+    the cross-check, then the measured fill; each prints its report. On a PostgreSQL storage the
+    records every host wrote are appended to the records file before and after each step.
+
+    Raises:
+        UnsupportedInput: the kernel modules under ``generated/`` are not the ones the build
+            renders (the records would name kernels that will not be frozen).
+        StorageError: the storage is lost mid-campaign (the message says how to resume).
+    """
+    from .errors import UnsupportedInput
+    from .kernels import stale_kernels
+    from .lifetime import stop_workers_on_signals
+    from .storage import storage_errors
+
+    stale = stale_kernels(r.root, r.spec, r.chip.rendering)
+    if stale:
+        raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
+                               "first, so the tuned kernels are the ones that will be frozen")
+    stop_workers_on_signals()  # a tuner stopped by a signal takes its worker processes with it
+    _quiet_optuna()
+    with storage_errors(r.storage):
+        campaign, earlier, standing = open_campaign(
+            r.root, r.spec, r.chip, r.device, r.storage, r.settings, r.records, r.date, progress=r.progress,
+            shard=r.shard, heartbeat=r.heartbeat)
+        if r.settings.trials > 0:
+            _search(r, campaign, earlier, standing)
+        if r.cross_check or r.cross_check_all:
+            _cross_check(r, campaign)
+        if r.measure_fill:
+            _measure_fill(r, campaign)
+
+
+def _quiet_optuna() -> None:
+    """Optuna's log at warnings only; its heartbeat warnings silenced: heartbeats are optuna's
+    experimental feature, meant by it for ``Study.optimize``, and this tuner asks and tells and
+    beats for its trials itself (:class:`opgen.storage.Heartbeat`)."""
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def pull(url: str, path: Path, op: str, chip: str, required: bool = False) -> None:
+    """Append to the records file ``path`` the records of ``op`` on ``chip`` that the PostgreSQL
+    storage ``url`` holds and the file lacks, saying how many (:func:`opgen.db_records.export`)."""
+    import sys
+
+    from .db_records import export
+    from .storage import shown
+
+    held, added = export(url, path, op, chip, required)
+    print(f"records: {added} of the {held} records of {op} on {chip} in {shown(url)} appended to {path}",
+          file=sys.stderr)
+
+
+def _pull_shared(r: TuneRun) -> None:
+    """On a PostgreSQL storage, the records every host wrote appended to the records file."""
+    if is_postgres(r.storage):
+        pull(r.storage, r.records, r.spec.op, r.chip.name)
+
+
+def _search(r: TuneRun, campaign: Campaign, earlier: dict[tuple, list[Point]], standing: dict[tuple, Point]) -> None:
+    """The search over ``r.plans``; a narrower campaign (some variants) competes with the other
+    variants' stored points."""
+    from .plan import rival_plans
+
+    rivals = rival_plans(r.spec, r.chip, r.rows, r.plans, r.variants) if r.variants else []
+    winners = campaign.run(r.plans, earlier, rivals, standing)
+    print(summary(r.spec, winners))
+    _pull_shared(r)
+    print(f"records: {r.records}; run `opgen build` to freeze them")
+
+
+def _cross_check(r: TuneRun, campaign: Campaign) -> None:
+    """Each tuned bucket's winner re-measured against the table's fill from the others (with
+    ``cross_check_all``, every winner on every bucket)."""
+    from .cross_check import cross_report
+    from .plan import buckets
+    from .table import fresh_winners
+
+    _pull_shared(r)  # the winners of every host
+    tuned = fresh_winners(r.spec, r.chip, r.records, campaign.config.kernel_hash)
+    checks = campaign.cross_check(buckets(r.spec, r.rows), tuned, r.cross_margin, r.cross_check_all)
+    _pull_shared(r)
+    print(cross_report(r.spec, checks, r.cross_margin))
+
+
+def measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[str, str], drop_below: float,
+                   drop_after: int, remeasure: bool) -> MeasureInputs:
+    """What a measure step starts from, read from the records at ``path``
+    (:class:`opgen.measure_fill.MeasureInputs`): the tuned and the pending winners, the earlier
+    runs it may keep (none with ``remeasure``), the candidates it leaves out (``drop_below``,
+    ``drop_after``) and the rest of its candidate pool."""
+    from .measure_fill import MeasureInputs, candidates, current_measures, earlier_runs, outrun
+    from .table import read_keyed, split_winners
+
+    held = read_keyed(spec, chip, path).records
+    tuned, _, pending = split_winners(spec, chip, path, held, hashes)
+    runs = earlier_runs(held, hashes)
+    pool = candidates(spec, chip, {**pending, **tuned})
+    left_out = outrun(spec, chip, pool, current_measures(held, hashes), drop_below, drop_after)
+    kept_pool = [(k, p) for k, p in pool if p not in {o.point for o in left_out}]
+    return MeasureInputs(tuned, pending, {} if remeasure else runs, left_out, kept_pool)
+
+
+def _measure_fill(r: TuneRun, campaign: Campaign) -> None:
+    """Every tuned winner's point re-measured on each untuned bucket of the case set, side by side,
+    each bucket reported as it is measured (a run cut short shows where it was)."""
+    from .measure_fill import FILL_HEADER, bucket_candidates, bucket_report, outrun_line, run_name
+    from .plan import buckets
+
+    _pull_shared(r)  # the winners of every host
+    tuned, pending, earlier, left_out, pool = measure_inputs(r.spec, r.chip, r.records, campaign.config.kernel_hash,
+                                                             r.drop_below, r.drop_after, r.remeasure)
+    found = buckets(r.spec, r.rows)
+    print(FILL_HEADER, flush=True)
+    for o in left_out:
+        print(outrun_line(o), flush=True)
+    results = campaign.measure_fill(found, tuned, run_name(r.date, pool, found), earlier, pending, left_out,
+                                    lambda result: print(bucket_report(r.spec, result), flush=True))
+    left = len(bucket_candidates(r.spec, r.chip, found, tuned, pending, left_out)) - len(results)
+    if left:
+        print(f"the campaign's time (--campaign-seconds) ran out: {left} buckets not measured; "
+              "run the step again to measure them (the buckets measured are kept)")
+    elif not results:
+        print("no untuned bucket in the case set, or no tuned winner legal there")
+    _pull_shared(r)
+    print(f"records: {r.records}; run `opgen build` to fill the measured buckets with their fastest point")

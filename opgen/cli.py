@@ -32,7 +32,6 @@ from .storage import HEARTBEAT_SECONDS
 
 if TYPE_CHECKING:
     from .hardware import ChipProfile
-    from .measure_fill import MeasureInputs
     from .spec import OpSpec
 
 
@@ -118,54 +117,38 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[str, str],
-                    args: argparse.Namespace) -> MeasureInputs:
-    """What a measure step starts from, read from the records at ``path``: the tuned and the
-    pending winners, the earlier runs it may keep (none with ``--remeasure``), the candidates it
-    leaves out (``--drop-below``, ``--drop-after``) and the rest of its candidate pool."""
-    from .measure_fill import MeasureInputs, candidates, current_measures, earlier_runs, outrun
-    from .table import read_keyed, split_winners
-
-    held = read_keyed(spec, chip, path).records
-    tuned, _, pending = split_winners(spec, chip, path, held, hashes)
-    runs = earlier_runs(held, hashes)
-    pool = candidates(spec, chip, {**pending, **tuned})
-    left_out = outrun(spec, chip, pool, current_measures(held, hashes), args.drop_below, args.drop_after)
-    kept_pool = [(k, p) for k, p in pool if p not in {o.point for o in left_out}]
-    return MeasureInputs(tuned, pending, {} if args.remeasure else runs, left_out, kept_pool)
-
-
 def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[str, Any]],
                   args: argparse.Namespace) -> str:
     """``opgen tune --trials 0 --measure-fill --dry-run``: what the measure step would run, from the
     records and kernels here (:func:`opgen.measure_fill.measure_plan`), on no device."""
+    from .campaign import measure_inputs
     from .kernels import kernel_hashes
     from .measure_fill import measure_plan, outrun_line
     from .plan import buckets
-    from .records import record_path
 
-    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
-    tuned, pending, earlier, left_out, _ = _measure_inputs(spec, chip, path, kernel_hashes(root, spec, chip.rendering),
-                                                           args)
+    tuned, pending, earlier, left_out, _ = measure_inputs(
+        spec, chip, _records_path(root, spec, chip, args), kernel_hashes(root, spec, chip.rendering),
+        args.drop_below, args.drop_after, args.remeasure)
     return "\n".join([*(outrun_line(o) for o in left_out),
                       measure_plan(spec, chip, buckets(spec, rows), tuned, earlier, pending, left_out)])
+
+
+def _records_path(root: Path, spec: OpSpec, chip: ChipProfile, args: argparse.Namespace) -> Path:
+    """``--records``, or the op's records file of the chip."""
+    from .records import record_path
+
+    return Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
-    from . import campaign as campaign_mod
+    from . import campaign
     from .bench import Protocol
-    from .cross_check import cross_report
     from .dry_run import dry_run_table
-    from .plan import buckets, plan, rival_plans
-    from .settings import Settings
-    from .errors import UnsupportedInput
     from .hardware import profile
-    from .kernels import stale_kernels
-    from .records import record_path
+    from .plan import plan
     from .shard import parse_shard, run_shards, shard_plans
-    from .storage import is_postgres, storage_errors
 
     root = _root(args)
     spec = _op_spec(root, args.op)
@@ -190,77 +173,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         if any(codes):
             raise OpgenError(f"tune shards exited with {codes} (devices {','.join(devices)})")
         return 0
-    # Tables go stale as records arrive (by design); the kernels must be the ones the build renders.
-    stale = stale_kernels(root, spec, chip.rendering)
-    if stale:
-        raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
-                               "first, so the tuned kernels are the ones that will be frozen")
-    date = args.date or datetime.date.today().isoformat()
     settings = Settings(trials=args.trials, study_seconds=args.study_seconds,
-                             campaign_seconds=args.campaign_seconds, seed=args.seed,
-                             point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
-                             compile_workers=args.compile_workers, tie_margin=args.tie_margin,
-                             protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
-    import optuna
-
-    from .lifetime import stop_workers_on_signals
-
-    stop_workers_on_signals()  # a tuner stopped by a signal takes its worker processes with it
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    import warnings
-
-    # heartbeats are optuna's experimental feature, and meant by it for Study.optimize: this
-    # tuner asks and tells, and beats for its trials itself (opgen.storage.Heartbeat)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
-    path = Path(args.records).resolve() if args.records else record_path(root, chip.name, spec.op)
-    storage = args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal")
-    with storage_errors(storage):
-        campaign, earlier, standing = campaign_mod.open_campaign(
-            root, spec, chip, args.device, storage, settings, path, date, progress=not args.no_progress,
-            shard=parse_shard(args.shard) if args.shard else None, heartbeat=args.heartbeat)
-        # a narrower campaign: the other variants' stored points still compete
-        rivals = rival_plans(spec, chip, rows, plans, variants) if variants and args.trials > 0 else []
-        shared = is_postgres(storage)  # the records are in the database: exported to the file
-        if args.trials > 0:
-            winners = campaign.run(plans, earlier, rivals, standing)
-            print(campaign_mod.summary(spec, winners))
-            if shared:
-                _pull(storage, path, spec.op, chip.name)
-            print(f"records: {path}; run `opgen build` to freeze them")
-        if args.cross_check or args.cross_check_all:
-            from .table import fresh_winners
-
-            if shared:  # the winners of every host
-                _pull(storage, path, spec.op, chip.name)
-            tuned = fresh_winners(spec, chip, path, campaign.config.kernel_hash)
-            checks = campaign.cross_check(buckets(spec, rows), tuned, args.cross_margin, args.cross_check_all)
-            if shared:
-                _pull(storage, path, spec.op, chip.name)
-            print(cross_report(spec, checks, args.cross_margin))
-        if args.measure_fill:
-            from .measure_fill import FILL_HEADER, bucket_candidates, bucket_report, outrun_line, run_name
-
-            if shared:  # the winners of every host
-                _pull(storage, path, spec.op, chip.name)
-            tuned, pending, earlier, left_out, pool = _measure_inputs(spec, chip, path, campaign.config.kernel_hash,
-                                                                      args)
-            found = buckets(spec, rows)
-            run = run_name(date, pool, found)
-            print(FILL_HEADER, flush=True)  # then each bucket as it is measured: a run cut short shows where it was
-            for o in left_out:
-                print(outrun_line(o), flush=True)
-            results = campaign.measure_fill(found, tuned, run, earlier, pending, left_out,
-                                            lambda r: print(bucket_report(spec, r), flush=True))
-            left = len(bucket_candidates(spec, chip, found, tuned, pending, left_out)) - len(results)
-            if left:
-                print(f"the campaign's time (--campaign-seconds) ran out: {left} buckets not measured; "
-                      "run the step again to measure them (the buckets measured are kept)")
-            elif not results:
-                print("no untuned bucket in the case set, or no tuned winner legal there")
-            if shared:
-                _pull(storage, path, spec.op, chip.name)
-            print(f"records: {path}; run `opgen build` to fill the measured buckets with their fastest point")
+                        campaign_seconds=args.campaign_seconds, seed=args.seed,
+                        point_timeout=args.point_timeout, exhaustive_below=args.exhaustive_below,
+                        compile_workers=args.compile_workers, tie_margin=args.tie_margin,
+                        protocol=Protocol(warmup=args.warmup, repeat=args.repeat))
+    campaign.run(campaign.TuneRun(
+        root=root, spec=spec, chip=chip, rows=rows, plans=plans, variants=variants, settings=settings,
+        device=args.device, storage=args.storage or str(root / ".tune" / f"{chip.name}-{spec.op}.journal"),
+        records=_records_path(root, spec, chip, args), date=args.date or datetime.date.today().isoformat(),
+        progress=not args.no_progress, shard=parse_shard(args.shard) if args.shard else None,
+        heartbeat=args.heartbeat, cross_check=args.cross_check, cross_check_all=args.cross_check_all,
+        cross_margin=args.cross_margin, measure_fill=args.measure_fill, remeasure=args.remeasure,
+        drop_below=args.drop_below, drop_after=args.drop_after))
     return 0
 
 
@@ -498,17 +423,15 @@ def _cmd_records(args: argparse.Namespace) -> int:
 
 
 def _pull(url: str, path: Path, op: str, chip: str, required: bool = False) -> None:
-    """Append to the records file the records a PostgreSQL storage holds and it lacks (with
-    ``required``, a StorageError where it holds none of ``op`` on ``chip``)."""
-    from .db_records import export
+    """``records --pull``: the storage's records the file lacks appended to it (with ``required``,
+    a StorageError where it holds none of ``op`` on ``chip``)."""
+    from .campaign import pull
     from .errors import UsageError
     from .storage import is_postgres, shown
 
     if not is_postgres(url):
         raise UsageError(f"--pull takes the PostgreSQL URL a campaign kept its records in, got {shown(url)!r}")
-    held, added = export(url, path, op, chip, required)
-    print(f"records: {added} of the {held} records of {op} on {chip} in {shown(url)} appended to {path}",
-          file=sys.stderr)
+    pull(url, path, op, chip, required)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
