@@ -92,7 +92,8 @@ def test_blocked_variant(case):
     outs = {n: torch.empty(gold[n].shape) if gold[n] is not None else None for n in OUTPUTS}
     calls = module.kernel_calls(**x, **outs, num_programs=1, point=point)
     assert [kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__ for kernel, *_ in calls] == [
-        "mamba3_mimo_bwd_bwd_ds_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel", "mamba3_mimo_bwd_bwd_reduce_kernel"]
+        "mamba3_mimo_bwd_bwd_ds_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel",
+        "mamba3_mimo_bwd_bwd_reduce_kernel"]
     module.launch(**x, **outs, num_programs=1, point=point)
     _check(outs, x)
 
