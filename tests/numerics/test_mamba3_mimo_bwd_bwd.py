@@ -1,8 +1,9 @@
 """mamba3_mimo_bwd_bwd on the CPU interpreter against the float64 golden.
 
-The variant runs in both renderings on fresh random inputs (tails, GQA, the Z gate and D on and
-off, R in 1, 2, 4, N 16 to 64, both half dtypes, at least three chunks so that every output is
-nonzero); the public function on a case of its own, with fp32 and bf16 outputs.
+Each variant runs in both renderings on fresh random inputs (tails, GQA, the Z gate and D on and
+off, R in 1, 2, 4 (blocked also 3 and 8), N 16 to 64, both half dtypes, at least three chunks so
+that every output is nonzero; blocked with its N, P and dS tiles below the whole dims); the public
+function on a case of its own, with fp32 and bf16 outputs.
 
 fp32 outputs: the kernel computes in fp32 from the same (half-rounded) inputs as the golden, so its
 error is fp32 rounding over sums of at most a few hundred terms (C * R * P, C * R * N): at most
@@ -58,6 +59,42 @@ def test_serial_variant(case):
     gold = golden(**x)
     outs = {n: torch.empty(gold[n].shape) if gold[n] is not None else None for n in OUTPUTS}
     module.launch(**x, **outs, num_programs=1, point={})
+    _check(outs, x)
+
+
+BLOCKED_CASES = [  # (rendering, B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, point)
+    # a tail of 4, two N steps of 32 (16 of each rotation half) and two P steps
+    ("cuda", 1, 20, 2, 1, 64, 32, 2, 8, "bfloat16", True, True, 4,
+     {"BLOCK_N": 32, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16}),
+    # GQA, R = 1, no Z nor D, N = 16: the half steps padded to 16 and masked; a tail of 8
+    ("npu", 2, 40, 4, 2, 16, 32, 1, 16, "float16", False, False, 2,
+     {"BLOCK_N": 16, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16}),
+    # GQA, R = 4, whole chunks, the dS scan on [16, 16] tiles of [32, 32]
+    ("cuda", 1, 24, 4, 2, 32, 32, 4, 8, "bfloat16", False, True, 4,
+     {"BLOCK_N": 16, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16}),
+    # R = 3 (ranks padded to 4), a tail of 1
+    ("npu", 1, 17, 2, 1, 32, 16, 3, 8, "float16", True, True, 4, {"DS_BLOCK_N": 16}),
+    # R = 8 (C * R = 64), a tail of 5
+    ("cuda", 1, 21, 2, 1, 16, 16, 8, 8, "float16", True, False, 4, {}),
+]
+
+
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=[f"{c[0]}-S{c[2]}-G{c[4]}of{c[3]}-N{c[5]}-P{c[6]}-R{c[7]}-C{c[8]}-"
+                                                     f"{'Z' if c[10] else 'noZ'}-{'D' if c[11] else 'noD'}"
+                                                     for c in BLOCKED_CASES])
+def test_blocked_variant(case):
+    """blocked against the golden, its N, P and dS tiles below the whole dims."""
+    rendering, B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, point = case
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_bwd.kernels.{rendering}.blocked")
+    x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
+                    has_z=has_z, has_d=has_d, seed=2000 + S * N + R)
+    gold = golden(**x)
+    outs = {n: torch.empty(gold[n].shape) if gold[n] is not None else None for n in OUTPUTS}
+    calls = module.kernel_calls(**x, **outs, num_programs=1, point=point)
+    assert [kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__ for kernel, *_ in calls] == [
+        "mamba3_mimo_bwd_bwd_ds_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel",
+        "mamba3_mimo_bwd_bwd_reduce_kernel"]
+    module.launch(**x, **outs, num_programs=1, point=point)
     _check(outs, x)
 
 
