@@ -268,7 +268,9 @@ GLA_HARD = [
 # scratch, a table choice), fold's pipelined chunk loop (q, k, their partners and fp32 biases),
 # aux's aux kernel and staged's scan kernel at C = 8 (the state increment a broadcast sum whose
 # [N, BLOCK_P] partial sums cross the 8 warps; staged's point taken with dynamic rank loops, the
-# sampled static one compiles for a minute).
+# sampled static one compiles for a minute), rankfold's scan kernel (its folded keys [N, C R] staged
+# at 8 bytes on 4 warps). nblocked's (262144 bytes at C = 8 on 8 warps, over the chip's limit)
+# compiles for a minute and a half: left out.
 def _mamba3(variant, config, case, compiled):
     """A MAMBA3_HARD row: config and case over the switches and sizes every row shares (split's
     switches off, the bench case's batch, heads, length and dtype)."""
@@ -291,6 +293,9 @@ MAMBA3_HARD = [
     _mamba3("staged_dynamic_separate", {"BLOCK_N": 128, "BLOCK_P": 16, "DOT_PRECISION": "ieee", "STATE_BLOCK_N": 128,
                                         "STATE_BLOCK_P": 128, "num_stages": 1, "num_warps": 8},
             {"N": 128, "P": 128, "R": 4, "chunk_size": 8}, 65536),
+    _mamba3("rankfold_dynamic_separate", {"BLOCK_N": 128, "BLOCK_P": 8, "DOT_PRECISION": "tf32x3_split",
+                                          "STATE_BLOCK_N": 128, "STATE_BLOCK_P": 32, "num_stages": 1, "num_warps": 4},
+            {"N": 128, "P": 32, "R": 4, "chunk_size": 16}, 73728),
 ]
 
 
