@@ -265,20 +265,37 @@ GLA_HARD = [
 # The same for mamba3_mimo_bwd_fwd (issue 41): the points its earlier formula underestimated in
 # `opgen resources mamba3_mimo_bwd_fwd --chip h200 --check-budget --sample 3 --seed 0` per variant
 # family, one per kernel family: splitscan's scan kernel (the associative scan's cross-warp
-# scratch, a table choice), fold's pipelined chunk loop (q, k, their partners and fp32 biases).
+# scratch, a table choice), fold's pipelined chunk loop (q, k, their partners and fp32 biases),
+# aux's aux kernel and staged's scan kernel at C = 8 (the state increment a broadcast sum whose
+# [N, BLOCK_P] partial sums cross the 8 warps; staged's point taken with dynamic rank loops, the
+# sampled static one compiles for a minute), rankfold's scan kernel (its folded keys [N, C R] staged
+# at 8 bytes on 4 warps). nblocked's (262144 bytes at C = 8 on 8 warps, over the chip's limit)
+# compiles for a minute and a half: left out.
+def _mamba3(variant, config, case, compiled):
+    """A MAMBA3_HARD row: config and case over the switches and sizes every row shares (split's
+    switches off, the bench case's batch, heads, length and dtype)."""
+    off = {"CHUNK_HALVES": False, "CHUNK_MAXNREG": 0, "GATE_KERNEL": False, "ROW_TILES": False,
+           "STATE_PREFETCH": False, "STATE_TRANSPOSED": False}
+    sizes = {"B": 4, "G": 1, "H": 16, "S": 2048, "d_given": True, "dtype": "bfloat16"}
+    return variant, {**off, **config}, {**sizes, **case}, compiled
+
+
 MAMBA3_HARD = [
-    ("splitscan_static_separate", {"BLOCK_N": 16, "BLOCK_P": 64, "CHUNK_HALVES": False, "CHUNK_MAXNREG": 0,
-                                   "DOT_PRECISION": "tf32x3", "GATE_KERNEL": False, "ROW_TILES": True,
-                                   "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 64, "STATE_PREFETCH": False,
-                                   "STATE_TRANSPOSED": False, "num_stages": 2, "num_warps": 4},
-     {"B": 4, "G": 1, "H": 16, "N": 16, "P": 64, "R": 4, "S": 2048, "chunk_size": 8, "d_given": True,
-      "dtype": "bfloat16"}, 32768),
-    ("fold_static_separate", {"BLOCK_N": 128, "BLOCK_P": 16, "CHUNK_HALVES": False, "CHUNK_MAXNREG": 0,
-                              "DOT_PRECISION": "ieee", "GATE_KERNEL": False, "ROW_TILES": False,
-                              "STATE_BLOCK_N": 128, "STATE_BLOCK_P": 32, "STATE_PREFETCH": False,
-                              "STATE_TRANSPOSED": False, "num_stages": 2, "num_warps": 4},
-     {"B": 4, "G": 1, "H": 16, "N": 128, "P": 32, "R": 4, "S": 2048, "chunk_size": 16, "d_given": True,
-      "dtype": "bfloat16"}, 323328),
+    _mamba3("splitscan_static_separate", {"BLOCK_N": 16, "BLOCK_P": 64, "DOT_PRECISION": "tf32x3", "ROW_TILES": True,
+                                          "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 64, "num_stages": 2, "num_warps": 4},
+            {"N": 16, "P": 64, "R": 4, "chunk_size": 8}, 32768),
+    _mamba3("fold_static_separate", {"BLOCK_N": 128, "BLOCK_P": 16, "DOT_PRECISION": "ieee", "STATE_BLOCK_N": 128,
+                                     "STATE_BLOCK_P": 32, "num_stages": 2, "num_warps": 4},
+            {"N": 128, "P": 32, "R": 4, "chunk_size": 16}, 323328),
+    _mamba3("aux_dynamic_fused", {"BLOCK_N": 128, "BLOCK_P": 32, "DOT_PRECISION": "bf16x3", "STATE_BLOCK_N": 128,
+                                  "STATE_BLOCK_P": 128, "num_stages": 3, "num_warps": 8},
+            {"N": 128, "P": 128, "R": 4, "chunk_size": 8}, 131072),
+    _mamba3("staged_dynamic_separate", {"BLOCK_N": 128, "BLOCK_P": 16, "DOT_PRECISION": "ieee", "STATE_BLOCK_N": 128,
+                                        "STATE_BLOCK_P": 128, "num_stages": 1, "num_warps": 8},
+            {"N": 128, "P": 128, "R": 4, "chunk_size": 8}, 65536),
+    _mamba3("rankfold_dynamic_separate", {"BLOCK_N": 128, "BLOCK_P": 8, "DOT_PRECISION": "tf32x3_split",
+                                          "STATE_BLOCK_N": 128, "STATE_BLOCK_P": 32, "num_stages": 1, "num_warps": 4},
+            {"N": 128, "P": 32, "R": 4, "chunk_size": 16}, 73728),
 ]
 
 
