@@ -64,3 +64,25 @@ def test_the_signature_cache_is_bounded(gla, monkeypatch):
     for T in (40, 41, 42):
         module.chunk_gla_fwd_o_gk(**make_inputs(1, T, 1, 16, 16, 32, dtype=torch.float16, seed=T))
     assert len(launches) == 3 and len(module._SEEN) == 1  # full at the third: emptied, then its own
+
+
+def test_an_input_that_requires_grad_is_refused_while_grad_mode_is_on(gla):
+    """The op has no backward: an input that requires grad under grad mode is refused by name (its
+    gradient through the op would silently be missing), also after the same shapes were seen;
+    under torch.no_grad() or detached it runs, and the mamba3 stage likewise."""
+    module, launches = gla
+    x = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=3)
+    first = module.chunk_gla_fwd_o_gk(**x)
+    h = x["h"].clone().requires_grad_()
+    with pytest.raises(NotImplementedError, match=r"chunk_gla_fwd_o_gk: h requires grad, but the op has no "
+                                                  r"backward .* torch\.no_grad\(\) or on h\.detach\(\)"):
+        module.chunk_gla_fwd_o_gk(**{**x, "h": h})
+    with torch.no_grad():
+        assert torch.equal(module.chunk_gla_fwd_o_gk(**{**x, "h": h}), first)
+    assert torch.equal(module.chunk_gla_fwd_o_gk(**{**x, "h": h.detach()}), first)
+    from generated.mamba3_mimo_bwd_fwd import mamba3_mimo_bwd_fwd
+    from opgen.references.mamba3_mimo_bwd_fwd import make_inputs as mamba3_inputs
+
+    y = mamba3_inputs(1, 16, 2, 1, 8, 8, 2, chunk_size=8, dtype=torch.bfloat16, has_z=False, seed=5)
+    with pytest.raises(NotImplementedError, match=r"mamba3_mimo_bwd_fwd: dt requires grad"):
+        mamba3_mimo_bwd_fwd(**{**y, "dt": y["dt"].clone().requires_grad_()})
