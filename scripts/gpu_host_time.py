@@ -100,6 +100,7 @@ def _graph_replay(call, device):
 
 
 def _views(arguments, names, view):
+    """The arguments with the tensors named in ``names`` replaced by ``view`` of them."""
     return {k: view(v) if k in names and isinstance(v, torch.Tensor) else v for k, v in arguments.items()}
 
 
@@ -113,9 +114,12 @@ def _callables(op, arguments, names, first, device):
     def call(**kw):
         return op(**kw)
 
+    def graphed(**kw):  # a function of its own: Dynamo caches compiled code per function
+        return op(**kw)
+
     compiled = torch.compile(call, fullgraph=True)
     compiled_block = torch.compile(block, fullgraph=True)
-    overhead = torch.compile(call, mode="reduce-overhead", fullgraph=True)
+    overhead = torch.compile(graphed, mode="reduce-overhead", fullgraph=True)
     x = torch.zeros(16, device=device)
     y = torch.ones(16, device=device)
     strided = _views(arguments, names, strided_view)
