@@ -15,8 +15,9 @@
 # Usage: [STEPS="measure build bench"] bash scripts/h200_mamba3_users.sh OUT_DIR
 #   STEPS: the steps to run, in the order given (bench_before: the holdout on the table as it
 #   stands, before the measure step; bench: after it, on the rebuilt table; tune: a search of
-#   TUNE_TRIALS (60) points on each of the holdout cases TUNE_CASES names by id, within
-#   TUNE_SECONDS (200), for a bucket no carried point serves; its log goes to measure_fill.log); MEASURE_CASES
+#   TUNE_TRIALS (60) points on each of the cases TUNE_CASES names by id in the case set TUNE_SET
+#   (users_holdout), within TUNE_SECONDS (200), for a bucket no carried point serves; its log goes
+#   to measure_fill.log); MEASURE_CASES
 #   (users_measure): the case sets whose untuned buckets the measure step measures, in turn;
 #   MEASURE_SECONDS (300): it begins no bucket of a case set past this (a later run resumes with
 #   the rest); COMPILE_WORKERS (12): its compiling and
@@ -89,9 +90,9 @@ main() {
                 done ;;
             tune)
                 local ids=()
-                for c in ${TUNE_CASES:?TUNE_CASES: the ids of the users_holdout cases to tune}; do ids+=(--case "$c"); done
-                stamp "tune ${TUNE_CASES} (no trial begun past ${TUNE_SECONDS:-200} s)"
-                python3 -m opgen.cli tune "$op" --chip "$chip" --cases users_holdout "${ids[@]}" \
+                for c in ${TUNE_CASES:?TUNE_CASES: the ids of the cases to tune}; do ids+=(--case "$c"); done
+                stamp "tune ${TUNE_CASES} of ${TUNE_SET:-users_holdout} (no trial begun past ${TUNE_SECONDS:-200} s)"
+                python3 -m opgen.cli tune "$op" --chip "$chip" --cases "${TUNE_SET:-users_holdout}" "${ids[@]}" \
                     --trials "${TUNE_TRIALS:-60}" --campaign-seconds "${TUNE_SECONDS:-200}" \
                     --compile-workers "${COMPILE_WORKERS:-12}" --point-timeout 120 --device "$device" \
                     --no-progress >> "$out/measure_fill.log" 2>&1
