@@ -1,6 +1,7 @@
 """The TileLang baselines of mamba3_mimo_bwd_bwd without TileLang: the conversion to and from
 upstream's kernel arguments, what it refuses and why, the error when the bundle is missing, and
 their place in the spec. CPU only."""
+import dataclasses
 import inspect
 import sys
 from pathlib import Path
@@ -165,7 +166,7 @@ def test_kernels_are_built_once_per_configuration_dynamic_or_per_shape(monkeypat
     monkeypatch.setattr(tl, "_import_builder", lambda: (builder, FakeT))
     config = tl.kernel_config(32, 4, 2, 16, False, True, 8, 4, "float16")
     assert tl.compiled(config) is tl.compiled(config)
-    static = tl.replace(config, shape=(2, 16, 4, 1))
+    static = dataclasses.replace(config, shape=(2, 16, 4, 1))
     assert tl.compiled(static) is tl.compiled(static)
     assert built == [("dyn:B", "dyn:S", "dyn:H", "dyn:G", 32, 4, 2, False, True, True, 8, 4, "float16", 256, 0),
                      (2, 16, 4, 1, 32, 4, 2, False, True, True, 8, 4, "float16", 256, 0)]

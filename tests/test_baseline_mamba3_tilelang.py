@@ -1,6 +1,7 @@
 """The TileLang baseline of mamba3_mimo_bwd_fwd without TileLang: the conversion to and from
 upstream's kernel arguments, what it refuses, the error when the bundle is missing, and its place
 in the spec. CPU only."""
+import dataclasses
 import inspect
 import sys
 from pathlib import Path
@@ -143,7 +144,7 @@ def test_the_static_baseline_builds_one_kernel_per_shape_with_constant_dims(monk
 
     monkeypatch.setattr(tl, "_KERNELS", {})
     monkeypatch.setattr(tl, "_import_builder", lambda: (builder, None))
-    config = tl.replace(tl.KernelConfig(8, 4, 2, False, True, 8, 4, "float16"), shape=(2, 16, 4, 1))
+    config = dataclasses.replace(tl.KernelConfig(8, 4, 2, False, True, 8, 4, "float16"), shape=(2, 16, 4, 1))
     assert tl.compiled(config) is tl.compiled(config)
     assert built == [(2, 16, 4, 1, 8, 4, 2, False, True, True, 8, 4, "float16", 128, 0)]
     with pytest.raises(UnsupportedInput, match="CUDA devices only"):

@@ -49,13 +49,11 @@ mimo_z / z without the other, tensors off a CUDA device.
 """
 from __future__ import annotations
 
-import inspect
-from dataclasses import replace
 from typing import Any
 
 import torch
 
-from opgen.baselines.tilelang_mamba3 import KernelConfig, build, check_case, dtype_name, import_kernel
+from opgen.baselines.tilelang_mamba3 import KernelConfig, build, check_case, dtype_name, import_kernel, run
 from opgen.errors import UnsupportedInput
 
 __all__ = ["KernelConfig", "UPSTREAM_ARGS", "OUTPUTS", "kernel_config", "to_upstream",
@@ -187,15 +185,6 @@ def tilelang_static(*args: Any, **kwargs: Any
 
 
 def _run(static: bool, *args: Any, **kwargs: Any) -> tuple:
-    """Upstream's kernel on the arguments of :func:`tilelang` (bound to its signature), built with
-    B, S, H, G dynamic or, ``static``, as the call's constants."""
-    _import_builder()
-    q = inspect.signature(tilelang).bind(*args, **kwargs).arguments["q"]
-    if q.device.type != "cuda":
-        raise UnsupportedInput(f"{_WHO}: runs on CUDA devices only, got q on {q.device}")
-    config, upstream = to_upstream(*args, **kwargs)
-    if static:
-        B, S, R, G, N = q.shape
-        config = replace(config, shape=(B, S, upstream["v"].shape[2], G))
-    compiled(config)(*upstream.values())
-    return from_upstream(upstream)
+    """Upstream's kernel on the arguments of :func:`tilelang`, built with B, S, H, G dynamic or,
+    ``static``, as the call's constants (:func:`opgen.baselines.tilelang_mamba3.run`)."""
+    return run(_WHO, tilelang, _import_builder, compiled, to_upstream, from_upstream, static, args, kwargs)

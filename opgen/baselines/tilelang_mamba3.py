@@ -1,6 +1,6 @@
 """What the TileLang baselines of the Mamba-3 MIMO backward share: a kernel's compile-time
 configuration, the checks of what upstream's kernels take, their lazy import and the per-process
-cache of built kernels. The kernels are upstream's ``mamba_mimo_bwd_fwd`` and
+cache of built kernels, and a call of one on our op's arguments. The kernels are upstream's ``mamba_mimo_bwd_fwd`` and
 ``mamba_mimo_bwd_bwd`` (mamba-ssm 2.3.2.post1, ``mamba_ssm/ops/tilelang/mamba3/mamba3_mimo_bwd.py``,
 tilelang 0.1.8); the modules ``mamba3_mimo_bwd_fwd``, ``mamba3_mimo_bwd_bwd`` and
 ``mamba3_mimo_backward`` of this package describe each. Nothing here imports TileLang until a
@@ -8,14 +8,15 @@ kernel is built.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
 
 from opgen.errors import UnsupportedInput
 
-__all__ = ["KernelConfig", "DTYPES", "dtype_name", "check_case", "import_kernel", "build"]
+__all__ = ["KernelConfig", "DTYPES", "dtype_name", "check_case", "import_kernel", "build", "run"]
 
 DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 """The activation dtypes upstream's kernels run, by their TileLang names."""
@@ -84,3 +85,28 @@ def build(cache: dict[KernelConfig, Any], config: KernelConfig,
         dims = config.shape or (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
         kernel = cache[config] = builder(*config.builder_args(*dims))
     return kernel
+
+
+def run(who: str, entry: Callable[..., Any], importer: Callable[[], tuple[Any, Any]],
+        compiled: Callable[[KernelConfig], Any], to_upstream: Callable[..., tuple[KernelConfig, dict]],
+        from_upstream: Callable[[dict], tuple], static: bool, args: tuple, kwargs: dict,
+        **extra: Any) -> tuple:
+    """Upstream's kernel on the arguments of ``entry`` (a baseline function, bound to its
+    signature), built with B, S, H, G dynamic or, ``static``, as the call's constants:
+    ``to_upstream`` (given ``extra`` too) maps the arguments, ``compiled`` builds the kernel,
+    ``from_upstream`` maps its buffers back to our outputs.
+
+    Raises:
+        UnsupportedInput: ``importer`` finds no TileLang or kernel, q is not on a CUDA device, or
+            ``to_upstream`` refuses the case.
+    """
+    importer()
+    q = inspect.signature(entry).bind(*args, **kwargs).arguments["q"]
+    if q.device.type != "cuda":
+        raise UnsupportedInput(f"{who}: runs on CUDA devices only, got q on {q.device}")
+    config, upstream = to_upstream(*args, **kwargs, **extra)
+    if static:
+        B, S, _, G, _ = q.shape
+        config = replace(config, shape=(B, S, upstream["v"].shape[2], G))
+    compiled(config)(*upstream.values())
+    return from_upstream(upstream)
