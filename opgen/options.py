@@ -106,10 +106,11 @@ def date(text: str) -> str:
 
 
 def device_list(text: str) -> str:
-    """Comma-separated device names, none empty (``cuda:0,cuda:1``)."""
+    """Comma-separated device names, none empty and none twice (``cuda:0,cuda:1``): two shards on
+    one device would time each other's kernels."""
     if not text.strip() or any(not d.strip() for d in text.split(",")):
         raise _refuse("comma-separated device names (cuda:0,cuda:1), none empty", text)
-    return text
+    return _once([d.strip() for d in text.split(",")], text)
 
 
 def names(text: str) -> str:
@@ -118,6 +119,11 @@ def names(text: str) -> str:
     items = [n.strip() for n in text.split(",")]
     if not all(items):
         raise _refuse("comma-separated names, none empty", text)
+    return _once(items, text)
+
+
+def _once(items: list[str], text: str) -> str:
+    """``items`` joined by commas; refused where one is given twice."""
     twice = sorted({n for n in items if items.count(n) > 1})
     if twice:
         raise argparse.ArgumentTypeError(f"{', '.join(twice)} given twice in {text!r}")
@@ -204,9 +210,22 @@ def database_url(text: str) -> str:
 
 
 def storage(text: str) -> str:
-    """An optuna storage to tune in: a database URL (:func:`database_url`), or a journal file to
-    write (:func:`file_to_write`)."""
-    return database_url(text) if "://" in text else file_to_write(text)
+    """An optuna storage to tune in: a database URL (:func:`database_url`; an SQLite one naming a
+    file that can be written or made), or a journal file to write (:func:`file_to_write`)."""
+    if "://" not in text:
+        return file_to_write(text)
+    database_url(text)
+    if (path := _sqlite_path(text)) not in (None, "", ":memory:"):
+        file_to_write(path)
+    return text
+
+
+def _sqlite_path(url: str) -> str | None:
+    """The file an SQLite URL names ("" or ":memory:" for an in-memory database; None for another
+    database)."""
+    if url.split("+", 1)[0].split("://", 1)[0] != "sqlite":
+        return None
+    return url.split("://", 1)[1].split("?", 1)[0].removeprefix("/")
 
 
 def storage_to_read(text: str) -> str:
@@ -216,9 +235,8 @@ def storage_to_read(text: str) -> str:
     if "://" not in text:
         return file_to_read(text)
     database_url(text)
-    if text.split("+", 1)[0].split("://", 1)[0] == "sqlite":
-        path = text.split("://", 1)[1].split("?", 1)[0]
-        if not path.startswith("/") or path == "/":
+    if (path := _sqlite_path(text)) is not None:
+        if path in ("", ":memory:"):
             raise _refuse("an SQLite URL naming a database file (sqlite:///path)", text)
-        file_to_read(path[1:])
+        file_to_read(path)
     return text
