@@ -5,27 +5,38 @@ the database of a PostgreSQL storage, ``db_records``), the bucket claims of a sh
 (``claims``), the device and its core count, the earlier winners that seed each study, the
 end-of-campaign summary; and :func:`run`, the steps of one ``opgen tune`` (:class:`TuneRun`): the
 search, the cross-check, the measured fill. Uses ``tune``, ``settings``, ``kernels``, ``records``,
-``table``, ``backends``, ``storage``, ``plan``, ``cross_check``, ``measure_fill``, ``lifetime``,
-``db_records``.
+``table``, ``table_records``, ``fill_measured``, ``backends``, ``storage``, ``plan``, ``cross_check``,
+``measure_fill``, ``lifetime``, ``claims``, ``db_records``, ``errors``.
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
+from .backends import get_backend
+from .claims import Claims
+from .cross_check import cross_report
+from .db_records import RecordTable, export
+from .errors import UnsupportedInput
+from .fill_measured import current_measures, fill_measured
 from .hardware import ChipProfile
-from .kernels import kernel_hashes
+from .kernels import kernel_hashes, stale_kernels
 from .keys import key_text
-from .records import Record
+from .lifetime import stop_workers_on_signals
+from .measure_fill import (FILL_HEADER, MeasureInputs, bucket_candidates, bucket_report, candidates, earlier_runs,
+                           outrun, outrun_line, run_name)
+from .plan import buckets, rival_plans
+from .records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, append as append_records
+from .settings import CampaignConfig, Settings
 from .space import Point
 from .spec import OpSpec
-from .settings import CampaignConfig, Settings
-from .storage import HEARTBEAT_SECONDS, is_postgres, mend_journal, open_storage
+from .storage import HEARTBEAT_SECONDS, is_postgres, mend_journal, open_storage, shown, storage_errors
+from .table import filled_rows
+from .table_records import fresh_winners, read_keyed, rekeyed, split_winners
 from .tune import Campaign, Sink
-
-if TYPE_CHECKING:
-    from .measure_fill import MeasureInputs
 
 __all__ = ["open_storage", "mend_journal", "record_sink", "summary", "open_campaign", "earlier_winners", "TuneRun",
            "run", "pull", "measure_inputs"]
@@ -39,11 +50,8 @@ def record_sink(path: Path, spec: OpSpec, chip: str, toolchain: dict[str, str],
     write (a trial's cases together); ``flush`` names the timing protocol's flush
     (``records.FLUSHES``). A call's ``holder`` (a bucket's claim) goes to ``write``, which writes
     only while the claim holds (``RecordTable.append``)."""
-    from . import records
-
-    write = write or (lambda recs: records.append(path, recs))
-    classes = {"trial": records.TrialRecord, "winner": records.WinnerRecord,
-               "cross_check": records.CheckRecord, "measure": records.MeasureRecord}
+    write = write or (lambda recs: append_records(path, recs))
+    classes = {"trial": TrialRecord, "winner": WinnerRecord, "cross_check": CheckRecord, "measure": MeasureRecord}
 
     def record(kind: str, fields_: dict[str, Any]) -> Record:
         common = dict(op=spec.op, chip=chip, toolchain=toolchain,
@@ -83,14 +91,8 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     PostgreSQL ``storage`` the campaign claims its buckets and writes its records to the database
     (:func:`opgen.db_records.export` appends them to ``records_path``, first here, so every host
     starts from the same records); ``shard`` is this process's share."""
-    from .backends import get_backend
-    from .errors import UnsupportedInput
-    from .table import fill_measured, filled_rows, read_keyed, split_winners
-
     opened = open_storage(storage, shard, heartbeat)  # first: a storage in use refuses before the device
     if is_postgres(storage):  # every host seeds its studies from the same records
-        from .db_records import export
-
         export(storage, records_path, spec.op, chip.name)
     name = chip.backend
     device = device or {"cuda": "cuda:0", "npu": "npu:0", "interpreter": "cpu"}[name]
@@ -112,9 +114,6 @@ def open_campaign(root: Path, spec: OpSpec, chip: ChipProfile, device: str | Non
     standing = {key: Point.of(w.variant, w.point, tunables) for key, w in fresh.items()}
     claims, table = None, None
     if is_postgres(storage):
-        from .claims import Claims
-        from .db_records import RecordTable
-
         claims, table = Claims(storage, heartbeat), RecordTable(storage)
     sink = record_sink(records_path, spec, chip.name, toolchain, hashes, date,
                        "write" if settings.protocol.dirty else "read", table.append if table else None)
@@ -129,9 +128,6 @@ def earlier_winners(spec: OpSpec, records: Iterable[Record], keep: int = 3) -> d
     spec buckets the case each was tuned on: a winner still seeds its shape's study after the
     dispatch edges moved (a case the spec no longer accepts keeps its stored key), and an older
     winner is tried again after a kernel edit, when the newest one may come from a shorter search."""
-    from .records import WinnerRecord
-    from .table import rekeyed
-
     out: dict[tuple, list[Point]] = {}
     for rec in reversed(rekeyed(spec, records)):
         if not isinstance(rec, WinnerRecord):
@@ -182,11 +178,6 @@ def run(r: TuneRun) -> None:
             renders (the records would name kernels that will not be frozen).
         StorageError: the storage is lost mid-campaign (the message says how to resume).
     """
-    from .errors import UnsupportedInput
-    from .kernels import stale_kernels
-    from .lifetime import stop_workers_on_signals
-    from .storage import storage_errors
-
     stale = stale_kernels(r.root, r.spec, r.chip.rendering)
     if stale:
         raise UnsupportedInput(f"generated/ kernels are stale ({len(stale)} files): run `opgen build` "
@@ -209,8 +200,6 @@ def _quiet_optuna() -> None:
     """Optuna's log at warnings only; its heartbeat warnings silenced: heartbeats are optuna's
     experimental feature, meant by it for ``Study.optimize``, and this tuner asks and tells and
     beats for its trials itself (:class:`opgen.storage.Heartbeat`)."""
-    import warnings
-
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -221,11 +210,6 @@ def _quiet_optuna() -> None:
 def pull(url: str, path: Path, op: str, chip: str, required: bool = False) -> None:
     """Append to the records file ``path`` the records of ``op`` on ``chip`` that the PostgreSQL
     storage ``url`` holds and the file lacks, saying how many (:func:`opgen.db_records.export`)."""
-    import sys
-
-    from .db_records import export
-    from .storage import shown
-
     held, added = export(url, path, op, chip, required)
     print(f"records: {added} of the {held} records of {op} on {chip} in {shown(url)} appended to {path}",
           file=sys.stderr)
@@ -240,8 +224,6 @@ def _pull_shared(r: TuneRun) -> None:
 def _search(r: TuneRun, campaign: Campaign, earlier: dict[tuple, list[Point]], standing: dict[tuple, Point]) -> None:
     """The search over ``r.plans``; a narrower campaign (some variants) competes with the other
     variants' stored points."""
-    from .plan import rival_plans
-
     rivals = rival_plans(r.spec, r.chip, r.rows, r.plans, r.variants) if r.variants else []
     winners = campaign.run(r.plans, earlier, rivals, standing)
     print(summary(r.spec, winners))
@@ -252,10 +234,6 @@ def _search(r: TuneRun, campaign: Campaign, earlier: dict[tuple, list[Point]], s
 def _cross_check(r: TuneRun, campaign: Campaign) -> None:
     """Each tuned bucket's winner re-measured against the table's fill from the others (with
     ``cross_check_all``, every winner on every bucket)."""
-    from .cross_check import cross_report
-    from .plan import buckets
-    from .table import fresh_winners
-
     _pull_shared(r)  # the winners of every host
     tuned = fresh_winners(r.spec, r.chip, r.records, campaign.config.kernel_hash)
     checks = campaign.cross_check(buckets(r.spec, r.rows), tuned, r.cross_margin, r.cross_check_all)
@@ -269,9 +247,6 @@ def measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[str
     (:class:`opgen.measure_fill.MeasureInputs`): the tuned and the pending winners, the earlier
     runs it may keep (none with ``remeasure``), the candidates it leaves out (``drop_below``,
     ``drop_after``) and the rest of its candidate pool."""
-    from .measure_fill import MeasureInputs, candidates, current_measures, earlier_runs, outrun
-    from .table import read_keyed, split_winners
-
     held = read_keyed(spec, chip, path).records
     tuned, _, pending = split_winners(spec, chip, path, held, hashes)
     runs = earlier_runs(held, hashes)
@@ -284,9 +259,6 @@ def measure_inputs(spec: OpSpec, chip: ChipProfile, path: Path, hashes: dict[str
 def _measure_fill(r: TuneRun, campaign: Campaign) -> None:
     """Every tuned winner's point re-measured on each untuned bucket of the case set, side by side,
     each bucket reported as it is measured (a run cut short shows where it was)."""
-    from .measure_fill import FILL_HEADER, bucket_candidates, bucket_report, outrun_line, run_name
-    from .plan import buckets
-
     _pull_shared(r)  # the winners of every host
     tuned, pending, earlier, left_out, pool = measure_inputs(r.spec, r.chip, r.records, campaign.config.kernel_hash,
                                                              r.drop_below, r.drop_after, r.remeasure)

@@ -13,16 +13,16 @@ only while the claim holds (the records table checks the lock in the writing tra
 holder whose claim went with its connection (a server restart) writes none, so the process that
 takes the bucket over decides it alone. A lost connection loses the claims with it, so it ends
 the campaign with a :class:`~opgen.errors.StorageError` (running the command again resumes it).
-Uses ``db_records``, ``errors``, ``storage``.
+Uses ``db``, ``db_records``, ``errors``.
 """
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from .db import advisory_key, first_line, shown, worker_id
 from .db_records import TABLE as RECORDS
 from .errors import StorageError
-from .storage import advisory_key, first_line, shown, worker_id
 
 TABLE = "opgen_claims"
 

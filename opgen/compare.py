@@ -20,7 +20,10 @@ from typing import Any, Callable
 from . import bench
 from .backends import Backend
 from .errors import OpgenError
+from .render import content_hash
+from .space import case_inputs, default_point, evaluate_params, find_variant, forced_point
 from .spec import OpSpec
+from .worker import _outputs, prepare_case
 
 
 @dataclass(frozen=True)
@@ -74,8 +77,7 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     """Time and check the generated op and the baseline on one case."""
     import torch
 
-    from .accuracy import rel_l2
-    from .worker import prepare_case
+    from .accuracy import rel_l2  # accuracy imports torch: loaded with the first case, not with the module
 
     op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
     case = prepare_case(spec, row, seed, backend.device)
@@ -131,7 +133,7 @@ def failure_text(exc: BaseException) -> str:
 def agreement(names: list[str], ours: Any, base: Any) -> dict[str, float]:
     """Output name -> rel. L2 of our output against the baseline's, over the outputs both return;
     empty for an op with one output (its error column says it all)."""
-    from .accuracy import rel_l2
+    from .accuracy import rel_l2  # accuracy imports torch: loaded with the first case, not with the module
 
     if len(names) < 2:
         return {}
@@ -172,8 +174,6 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
     other axes and the tunables come from the spec's defaults for the shape on ``profile``."""
     import torch
 
-    from .space import case_inputs, default_point, evaluate_params, find_variant, forced_point
-
     def run(**args: Any) -> Any:
         dims: dict[str, Any] = {}
         for name, arg in spec.signature.tensors.items():
@@ -193,8 +193,6 @@ def variant_baseline(spec: OpSpec, profile: Any, options: dict[str, str]) -> Cal
         variant = find_variant(spec, "_".join(flags[a] for a in spec.variants.axes))
         point = forced_point(spec, profile, variant, params).config
         module = importlib.import_module(f"generated.{spec.op}.kernels.{profile.rendering}.{variant.name}")
-        from .worker import _outputs
-
         first = next(a for a in args.values() if isinstance(a, torch.Tensor))
         outs = _outputs(spec, params, args, str(first.device))
         values = {**params, **args, **outs}
@@ -280,8 +278,6 @@ def agreement_summary(results: list[CaseResult], baseline: str) -> str:
 def generated_hash(root: Path, op: str) -> str:
     """Identity of the generated code a benchmark runs: every file under ``generated/<op>/``, with
     its path (the kernels and the frozen tables)."""
-    from .render import content_hash
-
     base = root / "generated" / op
     files = sorted(f for f in base.rglob("*.py") if "__pycache__" not in f.parts)
     return content_hash(f"{f.relative_to(base).as_posix()}\n{f.read_text(encoding='utf-8')}" for f in files)

@@ -2,7 +2,7 @@
 the row the table would fill that bucket with from the other winners alone (and, with
 ``--cross-check-all``, beside every other bucket's winner), its records and its report.
 
-Uses ``fits``, ``hardware``, ``keys``, ``plan``, ``space``, ``spec``, ``table``.
+Uses ``fill_nearest``, ``fits``, ``hardware``, ``keys``, ``plan``, ``space``, ``spec``.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .fill_nearest import leave_one_out_fill
+from .fits import fits_case
 from .hardware import ChipProfile
 from .keys import key_text, sort_key
 from .plan import Bucket
@@ -50,9 +52,6 @@ def cross_check(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tune
     that bucket from the other buckets' winners alone (how a shape between tuned points fares)
     and, with ``every``, beside every other bucket's winner that is legal and fits there; one
     record per point measured beside the winner (``margin``: the loss that flags the table)."""
-    from .fits import fits_case
-    from .table import leave_one_out_fill
-
     tunables = spec.tunables_for(profile.backend)
     out = []
     for bucket in buckets_:

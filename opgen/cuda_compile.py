@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from .launches import record
+from .spec import load_spec
+
 FORMAT = 1
 """Version of the cached figures: a change of what is read or how invalidates every entry."""
 
@@ -200,16 +203,12 @@ _SPECS: dict[tuple[str, str], Any] = {}
 
 
 def _spec(root: str, op: str) -> Any:
-    from .spec import load_spec
-
     if (root, op) not in _SPECS:
         _SPECS[root, op] = load_spec(Path(root) / "specs" / f"{op}.yaml", Path(root))
     return _SPECS[root, op]
 
 
 def _record(root: str, job: Mapping[str, Any]) -> list[Any]:
-    from .launches import record
-
     return record(_spec(root, job["op"]), "cuda", job["variant"], job["config"], job["case"], job["programs"])
 
 

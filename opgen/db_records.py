@@ -10,16 +10,16 @@ other would. :func:`export` appends to a records file the lines of the table it 
 yet, in table order and under the file's lock: run on any host, any number of times, it loses
 nothing and adds nothing twice. A trial is in the table only once measured (a process killed
 mid-trial leaves nothing), and once (the studies never measure a recorded point again).
-Uses ``errors``, ``records``, ``storage``.
+Uses ``db``, ``errors``, ``records``.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Iterable
 
+from .db import advisory_key, engine, first_line, shown
 from .errors import StorageError
 from .records import Record, append_missing, from_line
-from .storage import advisory_key, engine, first_line, shown
 
 TABLE = "opgen_records"
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from .case_checks import failing_check
 from .errors import UsageError
+from .fill_rank import leave_one_out, summarize
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_of, key_text
@@ -151,8 +152,6 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
 def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]) -> dict[str, Any]:
     """The fill rule of the spec and its loss stated from the records: each measured bucket
     filled from the others (:func:`opgen.fill_rank.leave_one_out`)."""
-    from .fill_rank import summarize, leave_one_out
-
     rule = spec.dispatch.fill_rule
     path = record_path(root, chip.name, spec.op)
     stamp = tuple(p.stat().st_mtime_ns for p, _ in read_paths(path, chip) if p.exists())

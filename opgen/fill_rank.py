@@ -42,13 +42,17 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from .bucket_shapes import bucket_corner, case_params, edge_params
 from .errors import BuildError, ExprError, RecordError, SpecError
+from .fill_measured import fill_measured, run_shares
+from .fill_nearest import leave_one_out_fill, stand_ins
 from .fits import serves_bucket
-from .hardware import ChipProfile
+from .hardware import ChipProfile, profile
+from .kernels import kernel_hashes
 from .keys import Key, key_text, sort_key, split_key_field
-from .records import CheckRecord, Record, TrialRecord, WinnerRecord, latest_measure_runs
+from .records import CheckRecord, Record, TrialRecord, WinnerRecord, latest_measure_runs, record_path
 from .space import (carried, carried_clamped, clamped as clamp_to, constraint_failed, default_point, parse_point_name,
                     point_id)
-from .spec import OpSpec
+from .spec import OpSpec, load_spec
+from .table_records import once, read_keyed, records_key, split_winners
 
 __all__ = ["FillGate", "fill_gate", "gate_report", "RankParams", "Candidate", "Bucket", "Evidence", "Choice", "LooRow", "LooSummary", "DEFAULT",
            "candidates", "gather", "distance", "rank_fill", "target_case", "fill_ranked", "leave_one_out",
@@ -235,8 +239,6 @@ def measured_buckets(spec: OpSpec, chip: ChipProfile, records: Sequence[Record],
     """Per measured key (but those of ``skip``, the tuned ones), each point's share over its runs
     on the current kernels (:func:`opgen.table.run_shares`, the default's under its point), on the
     case of the key's latest run."""
-    from .table import run_shares
-
     skip = set(skip)
     runs = latest_measure_runs(records)
     out = {}
@@ -552,8 +554,6 @@ class _Records(NamedTuple):
 
 
 def _read(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[str, str]) -> _Records:
-    from .table import read_keyed, split_winners
-
     records = read_keyed(spec, chip, path).records
     tuned, _, pending = split_winners(spec, chip, path, records, kernel_hashes)
     return _Records(records, tuned, pending, dict(kernel_hashes))
@@ -574,8 +574,6 @@ def leave_one_out(spec: OpSpec, chip: ChipProfile, records_path: Path, kernel_ha
     the measured fill weighs them); a tuned bucket's is the first of its side-by-side re-measure,
     cross-checks and trials that timed the point (:func:`tuned_shares`).
     """
-    from .table import fill_measured, leave_one_out_fill, stand_ins
-
     got = _read(spec, chip, records_path, kernel_hashes)
     measured = measured_buckets(spec, chip, got.records, got.hashes, skip=got.tuned)
     tuned = tuned_shares(spec, chip, got.records, got.hashes, got.tuned)
@@ -641,8 +639,6 @@ def fill_gate(spec: OpSpec, chip: ChipProfile, records_path: Path, kernel_hashes
     tuned bucket; for each one it loses, the keys of ``filled`` (the table's rule-filled buckets)
     one bucket step from it with its plain fields, to measure (computed once a process for the same
     records, chip figures, kernels and filled keys: a chip that inherits its records shares it)."""
-    from .table import once, records_key
-
     filled = list(filled)
     memo = (id(spec), records_key(records_path, chip), tuple(sorted(kernel_hashes.items())), tuple(filled))
     return once(_GATES, memo, spec, lambda: _fill_gate(spec, chip, records_path, kernel_hashes, filled))
@@ -711,11 +707,6 @@ def loo_report(spec: OpSpec, results: Mapping[str, Sequence[LooRow]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m opgen.fill_rank <op> <chip>``: the leave-one-out table of the nearest fill and
     of this rule on the op's records (run from the repository root)."""
-    from .hardware import profile
-    from .kernels import kernel_hashes
-    from .records import record_path
-    from .spec import load_spec
-
     parser = argparse.ArgumentParser(prog="python -m opgen.fill_rank", description=main.__doc__)
     parser.add_argument("op")
     parser.add_argument("chip")

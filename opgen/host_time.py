@@ -29,7 +29,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .backends import Backend
+from .compare import case_id
+from .errors import UsageError
+from .launches import intercepted
 from .spec import OpSpec
+from .worker import case_arguments
 
 LAUNCHES = ("none", "real")
 ADD_ELEMENTS = 16  # the add_ beside the ops: x.add_(y) on two float32 tensors of this many elements
@@ -103,8 +107,6 @@ def check_launch(backend: str, launch: str) -> None:
     Raises:
         UsageError: naming what it takes.
     """
-    from .errors import UsageError
-
     if launch not in LAUNCHES:
         raise UsageError(f"launch must be one of {', '.join(LAUNCHES)}, got {launch!r}")
     if launch == "real" and backend == "interpreter":
@@ -122,10 +124,6 @@ def measure(spec: OpSpec, rows: list[dict[str, Any]], backend: Backend, launch: 
             interpreter (where the launch runs the kernel on the host).
     """
     import torch
-
-    from .compare import case_id
-    from .launches import intercepted
-    from .worker import case_arguments
 
     check_launch(backend.name, launch)
     module = importlib.import_module(f"generated.{spec.op}")

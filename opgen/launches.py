@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 from .space import case_inputs, evaluate_params
 from .spec import OpSpec
+from .worker import _outputs
 
 
 class Launch(NamedTuple):
@@ -48,8 +49,6 @@ def launch_args(spec: OpSpec, case: Mapping[str, Any]) -> dict[str, Any]:
     leaves an optional input or a ``when`` output out), scalars as the case or the spec's defaults
     give them."""
     import torch
-
-    from .worker import _outputs
 
     params = evaluate_params(spec, case_inputs(spec, case))
     values: dict[str, Any] = dict(params)

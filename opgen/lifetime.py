@@ -5,7 +5,7 @@ started it ends (the tuner killed by any signal, SIGKILL included); a tuner stop
 SIGHUP or SIGINT kills every worker's group first (:func:`stop_workers_on_signals`), and one that
 exits does so too (``atexit``). A worker that died is a ``crash`` of its point, unless a signal
 from outside or the tuner itself killed it: then it is ``killed``, which says nothing of the
-point, and a later run measures it again. Uses ``worker`` (``Result``, inside functions).
+point, and a later run measures it again.
 """
 from __future__ import annotations
 
@@ -51,20 +51,18 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def died(code: int | None, by_us: bool, seconds: float) -> Any:
-    """The result of a task whose worker process died: ``killed`` when a signal from outside
-    (:data:`_OUTSIDE`) or the tuner itself stopped it, a state that says nothing of the point and
-    is measured again by a later run; ``crash`` for any other death (a fault of the point, e.g.
-    SIGSEGV or SIGABRT from its kernel or compiler)."""
-    from .worker import Result
-
+def death(code: int | None, by_us: bool) -> tuple[str, str]:
+    """The status and reason of a task whose worker process died: ``killed`` when a signal from
+    outside (:data:`_OUTSIDE`) or the tuner itself stopped it, a state that says nothing of the
+    point and is measured again by a later run; ``crash`` for any other death (a fault of the
+    point, e.g. SIGSEGV or SIGABRT from its kernel or compiler)."""
     if by_us:
-        return Result("killed", f"worker process stopped by the tuner (exit code {code})", seconds=seconds)
+        return "killed", f"worker process stopped by the tuner (exit code {code})"
     if code is not None and code < 0 and -code in _OUTSIDE:
         name = signal.Signals(-code).name
-        return Result("killed", f"worker process killed by {name} from outside the tuner (exit code {code}); "
-                      "measured again by a later run", seconds=seconds)
-    return Result("crash", f"worker process died (exit code {code})", seconds=seconds)
+        return "killed", (f"worker process killed by {name} from outside the tuner (exit code {code}); "
+                          "measured again by a later run")
+    return "crash", f"worker process died (exit code {code})"
 
 
 def kill_all() -> None:

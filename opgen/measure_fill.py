@@ -5,17 +5,18 @@ bucket where it may stand for the whole bucket, as Helion's ahead-of-time "measu
 beside the spec's default for the bucket; one ``measure`` record per point and bucket, and a
 bucket an earlier run already covers is kept. The build then fills each such bucket with the
 point that ran fastest there, or leaves it to the default where that ran fastest
-(:func:`opgen.table.fill_measured`). A candidate that never came near the fastest on enough
-measured buckets is left out of the others (:func:`outrun`).
+(:func:`opgen.fill_measured.fill_measured`). A candidate that never came near the fastest on
+enough measured buckets is left out of the others (:func:`outrun`).
 
-Uses ``bucket_shapes``, ``fits``, ``hardware``, ``keys``, ``plan``, ``records``, ``space``,
-``spec``.
+Uses ``bucket_shapes``, ``fill_measured``, ``fits``, ``hardware``, ``keys``, ``plan``, ``records``,
+``space``, ``spec``.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
@@ -24,12 +25,10 @@ from .keys import Key, key_text, sort_key
 from .plan import Bucket
 from .records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
 from .bucket_shapes import edge_params
+from .fill_measured import DEFAULT_SOURCE
 from .fits import point_fits, serves_bucket
-from .space import Point, carried_clamped, point_id
+from .space import Point, carried_clamped, case_inputs, default_point, evaluate_params, point_id
 from .spec import OpSpec
-
-
-DEFAULT_SOURCE = "spec default"  # a measure record's source when its point is the bucket's default
 
 
 @dataclass(frozen=True)
@@ -88,10 +87,8 @@ def outrun(spec: OpSpec, profile: ChipProfile, pool: list[tuple[Key, Point]],
     bucket of ``runs`` where they were measured, on ``after`` buckets or more (a failure counts as
     0): successive halving across buckets, since a point that never came near on that many shapes
     is not worth its compiles on the next. ``runs`` holds per key its records of one run or more
-    (:func:`current_measures`); a run compares within itself, and a bucket counts its candidate's
-    best share over its runs. ``below`` 0 leaves none out."""
-    from .space import case_inputs, evaluate_params
-
+    (:func:`opgen.fill_measured.current_measures`); a run compares within itself, and a bucket
+    counts its candidate's best share over its runs. ``below`` 0 leaves none out."""
     if below <= 0:
         return []
     ratios: dict[Point, list[float]] = {p: [] for _, p in pool}
@@ -115,18 +112,6 @@ def outrun(spec: OpSpec, profile: ChipProfile, pool: list[tuple[Key, Point]],
             ratios[point].append(share)
     return [Outrun(key, point, len(ratios[point]), max(ratios[point]))
             for key, point in pool if len(ratios[point]) >= after and max(ratios[point]) < below]
-
-
-def current_measures(records: Iterable[Record],
-                     kernel_hashes: Mapping[str, str]) -> dict[Key, tuple[MeasureRecord, ...]]:
-    """Per key, every measure record of a current kernel, of every run: what :func:`outrun`
-    weighs. A later run that left a candidate out takes none of its earlier evidence away, so
-    what one measure step leaves out stays out on the next."""
-    out: dict[Key, list[MeasureRecord]] = {}
-    for rec in records:
-        if isinstance(rec, MeasureRecord) and kernel_hashes.get(rec.variant) == rec.kernel_hash:
-            out.setdefault(rec.key, []).append(rec)
-    return {key: tuple(recs) for key, recs in out.items()}
 
 
 def carried_point_at(spec: OpSpec, profile: ChipProfile, point: Point, params: Mapping[str, Any],
@@ -213,14 +198,12 @@ def measure_fill(spec: OpSpec, profile: ChipProfile, buckets_: list[Bucket], tun
     record per point (``run``: :func:`run_name`), a failed one with its reason. A bucket whose
     ``earlier`` run (:func:`earlier_runs`) measured every candidate of now on its first case is
     kept as it is: nothing is run or recorded there, so a measure step cut short resumes. The
-    ``pending`` winners (:func:`opgen.table.pending_winners`) are candidates too, and their keys
-    are measured as untuned ones. The points of ``left_out`` (:func:`outrun`) are measured on the
+    ``pending`` winners (:func:`opgen.table_records.pending_winners`) are candidates too, and their
+    keys are measured as untuned ones. The points of ``left_out`` (:func:`outrun`) are measured on the
     bucket they won alone. ``done`` is given each bucket's result as soon as it has one. Past
     ``deadline`` (``time.monotonic()``) no other bucket is measured (kept ones are still returned):
     the results then hold fewer buckets than :func:`bucket_candidates` lists, and a later run
     resumes with the rest."""
-    import time
-
     out = []
     for bucket, here in bucket_candidates(spec, profile, buckets_, tuned, pending, left_out):
         kept = _kept(spec, profile, bucket, here, (earlier or {}).get(bucket.key, ()))
@@ -269,7 +252,7 @@ def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Buck
     """A tuned winner's point carried to the bucket (:func:`carried_point_at`: the tunables its
     variant fixes evaluated at the bucket's first case, its tiles clamped to the bucket's largest
     shape), if it may stand for the bucket from each of its cases
-    (:func:`opgen.table.serves_bucket`: legal and within budget there and on the bucket's largest
+    (:func:`opgen.fits.serves_bucket`: legal and within budget there and on the bucket's largest
     shape); None otherwise."""
 
     moved = carried_point_at(spec, profile, point, bucket.params[0],
@@ -283,8 +266,6 @@ def carried_point(spec: OpSpec, profile: ChipProfile, point: Point, bucket: Buck
 def _default_here(spec: OpSpec, profile: ChipProfile, bucket: Bucket) -> Point | None:
     """The spec's default at the bucket's first case, if it is legal and fits every case of the
     bucket (None otherwise: the table cannot keep it there)."""
-    from .space import default_point
-
     point = default_point(spec, profile, bucket.params[0])
     return point if all(point_fits(spec, profile, point.variant, point.config, params)
                         for params in bucket.params) else None

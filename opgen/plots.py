@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from .errors import UsageError
 from .review_data import GOOD, BenchRun, Headroom, Study
 
 _DPI = 100
@@ -24,8 +25,6 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        from .errors import UsageError
-
         raise UsageError("opgen report draws its plots with matplotlib: pip install -e '.[report]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

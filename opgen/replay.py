@@ -17,7 +17,7 @@ from .bench import geomean
 from .errors import RecordError
 from .records import TrialRecord, read
 from .space import Point
-from .tune import Measured, Settings, search
+from .tune import Measured, Settings, make_sampler, search
 from .worker import Result
 
 
@@ -83,8 +83,6 @@ def replay(sweep: Sweep, budget: int, seeds: range, settings: Settings = Setting
 
 
 def _sampler(settings: Settings, n_points: int):
-    from .tune import make_sampler
-
     return make_sampler(settings, n_points)
 
 

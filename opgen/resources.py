@@ -32,13 +32,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from . import cuda_compile
+from .cuda_compile import has_nvidia_backend
 from .errors import UnsupportedInput, UsageError
+from .explain import explain
 from .hardware import ChipProfile
-from .records import Budget
+from .kernels import kernel_hashes
+from .launches import record
+from .records import Budget, record_path
 from .space import (budget_bytes, budget_parts, case_inputs, default_point, evaluate_params, find_variant,
                     fixed_values, is_legal, points, variants_for)
 from .spec import OpSpec
-from .table import FrozenTable
+from .table import FrozenTable, frozen_rows
 
 REG_UNIT = 256
 """Registers are allocated a warp at a time, in units of this many (CUDA occupancy calculator, cc
@@ -115,8 +120,6 @@ def case_entries(root: Path, spec: OpSpec, chip: ChipProfile, table: FrozenTable
                  rows: Iterable[Mapping[str, Any]]) -> list[Entry]:
     """What ``table`` runs on each case (its row for the case's key, or the spec's default), as
     ``opgen explain`` finds it; cases the op's checks refuse are left out."""
-    from .explain import explain
-
     out: dict[tuple, Entry] = {}
     for row in rows:
         found = explain(root, spec, chip, row, table)
@@ -148,8 +151,6 @@ def compile_python(root: Path, given: str | None = None) -> str | None:
     Raises:
         UnsupportedInput: none of them exists.
     """
-    from .cuda_compile import has_nvidia_backend
-
     if given is None and has_nvidia_backend():
         return None
     tried = [given] if given else [os.environ.get(PYTHON_ENV)] if os.environ.get(PYTHON_ENV) else []
@@ -173,8 +174,6 @@ def compile_jobs(root: Path, jobs: list[dict[str, Any]], cc: int, cache: Path, w
         UnsupportedInput: the subprocess failed (its output's tail in the message).
     """
     if python is None:
-        from . import cuda_compile
-
         return {"target": cuda_compile.target_text(cc), "python": sys.executable,
                 "results": cuda_compile.compile_jobs(root, jobs, cc, cache, workers, timeout)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -285,8 +284,7 @@ def summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
 def npu_resources(root: Path, spec: OpSpec, chip: ChipProfile, entries: list[Entry]) -> dict[str, Any]:
     """Every entry's kernels through the Ascend front end (accepted or not), beside the spec's UB
     estimate: the compiler's own UB figure needs an NPU (BiShengIR)."""
-    from .frontend import ascend_frontend
-    from .launches import record
+    from .frontend import ascend_frontend  # imports triton: only for an Ascend chip
 
     out = []
     arch = chip.device_names[0] if chip.device_names else "Ascend910B3"
@@ -518,10 +516,6 @@ def check_budget(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[Mapping
     wanted = None if variants is None else set(variants)
     entries = []
     if choices:
-        from .kernels import kernel_hashes
-        from .records import record_path
-        from .table import frozen_rows
-
         table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))
         entries = [e for e in table_entries(spec, chip, table)
                    if e.role == "choice" and (wanted is None or e.variant in wanted)]
@@ -587,10 +581,6 @@ def resources(root: Path, spec: OpSpec, chip: ChipProfile, case_rows: list[dict[
     Raises:
         UsageError: a table without rows and no case set.
     """
-    from .kernels import kernel_hashes
-    from .records import record_path
-    from .table import frozen_rows
-
     if chip.backend == "interpreter":
         raise UsageError("the interpreter has no compiler figures: name a device chip (h200, ascend910b3, ...)")
     table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))

@@ -3,8 +3,8 @@
 files), the on-chip budget of every frozen choice (the spec, the records, ``opgen explain``), the
 tuning history of each study (the records' trials in file order, or an optuna storage) and the
 tests that name the op (a static reading of ``tests/``).
-Uses ``campaign``, ``compare``, ``errors``, ``explain``, ``hardware``, ``kernels``, ``keys``,
-``records``, ``spec``, ``storage``, ``table``.
+Uses ``compare``, ``errors``, ``explain``, ``hardware``, ``kernels``, ``keys``, ``records``,
+``spec``, ``storage``, ``table``, ``table_records``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .compare import CaseResult, case_id, read_shards
+from .compare import CaseResult, case_id, generated_hash, read_shards
 from .errors import OpgenError, UsageError
 from .explain import explain
 from .hardware import ChipProfile
@@ -26,8 +26,9 @@ from .kernels import kernel_hashes
 from .keys import key_text
 from .records import TrialRecord, record_path
 from .spec import OpSpec
-from .storage import shown
-from .table import FrozenTable, frozen_rows, read_keyed
+from .storage import open_storage, shown
+from .table import FrozenTable, frozen_rows
+from .table_records import read_keyed
 
 RUNS = Path("benchmarks") / "runs.yaml"
 """The index of the committed benchmark runs and tuning campaigns, per chip and op."""
@@ -286,8 +287,6 @@ def studies_from_storage(spec: OpSpec, chip: ChipProfile, storage: str,
     """
     import optuna
 
-    from .campaign import open_storage
-
     try:
         handle = open_storage(storage)
         names = optuna.study.get_all_study_names(handle)
@@ -396,8 +395,6 @@ def gather(root: Path, spec: OpSpec, chip: ChipProfile, storage: str | None = No
     Raises:
         UsageError: when the project holds neither records nor benchmark runs of the op on the chip.
     """
-    from .compare import generated_hash
-
     if storage and "://" not in storage and not Path(storage).is_file():
         raise UsageError(f"--storage {storage}: no such journal file (or give an RDB URL)")
     path = record_path(root, chip.name, spec.op)

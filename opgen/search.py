@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterable
 
 from .bench import geomean
 from .settings import Settings
+from .db import worker_id
 from .space import Point
-from .storage import Heartbeat, heartbeat_seconds, worker_id
-from .worker import Result
+from .storage import Heartbeat, heartbeat_seconds
+from .worker import Result, timeout_of_reason
 
 
 @dataclass
@@ -222,8 +223,6 @@ def _value_of(attrs: dict[str, Any]) -> float | None:
 def timed_out_under(attrs: dict[str, Any]) -> float:
     """The point timeout under which a stored trial timed out (inf when it did not): its
     ``point_timeout`` attribute, or for trials stored before it existed, the worker's reason."""
-    from .worker import timeout_of_reason
-
     if "timeout" not in attrs.get("status", ()):
         return math.inf
     if "point_timeout" in attrs:

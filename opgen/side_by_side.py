@@ -54,7 +54,7 @@ def choose(spec: OpSpec, bucket: Bucket, by_variant: dict[str, list[Measured]], 
     """Re-measure (``again``) the best few of each variant side by side, with the ``held`` point
     (the bucket's standing winner) and the spec's ``default`` point whenever they measured
     correct, so a new winner has always met both (the build's rule for the standing winner,
-    :func:`opgen.table.held_winners`; a tuned row is never slower than the untuned choice it
+    :func:`opgen.table_records.held_winners`; a tuned row is never slower than the untuned choice it
     replaces); return the winner record's fields (``budget`` gives its on-chip bytes)."""
     candidates: list[Point] = []
     for measured in by_variant.values():

@@ -12,13 +12,12 @@
   (``opgen.claims``) and records are kept in the database (``opgen.db_records``).
 - Any other RDB URL is opened as it is: hosts sharing it must split the work with ``--shard``.
 
-Uses ``errors``, ``options`` (to mask passwords); ``claims`` and ``db_records`` for their tables.
+Uses ``db``, ``errors``; ``claims`` and ``db_records`` for their tables.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -28,41 +27,14 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+from . import claims, db_records
+from .db import advisory_key, engine, first_line, is_postgres, is_url, shown
 from .errors import OpgenError, StorageError
 
 HEARTBEAT_SECONDS = 10
 """Seconds between two heartbeats of a running trial on a PostgreSQL storage (``--heartbeat``)."""
 _GRACE = 3  # heartbeats a trial may miss before it counts as dead
 _HELD: dict[Path, int] = {}  # lock files this process holds (path -> fd), kept until it exits
-
-
-def is_url(where: str) -> bool:
-    """Whether ``where`` is an RDB URL rather than a journal file."""
-    return "://" in where
-
-
-def is_postgres(where: str) -> bool:
-    """Whether ``where`` is a PostgreSQL URL (a storage several hosts may share)."""
-    return where.split("://", 1)[0].split("+", 1)[0] == "postgresql"
-
-
-def shown(where: str) -> str:
-    """``where`` as messages print it: an URL without its password."""
-    if not is_url(where):
-        return where
-    from sqlalchemy.engine import make_url
-
-    from .options import masked
-
-    try:  # a password in the URL's query too
-        return masked(make_url(where).render_as_string(hide_password=True))
-    except Exception:  # an URL SQLAlchemy cannot parse is shown as given, up to its password
-        return masked(where.split("@")[-1])
-
-
-def worker_id() -> str:
-    """This process as trials and claims name it: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def open_storage(where: str, shard: tuple[int, int] | None = None,
@@ -131,12 +103,6 @@ def storage_errors(where: str) -> Iterator[None]:
         raise StorageError(f"lost {shown(where)} mid-campaign ({first_line(exc)}); the campaign stopped: run "
                            "the same command again to resume it (every recorded trial is kept, the one cut "
                            "off is measured again)") from None
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of a database error's message (the driver's own words)."""
-    cause = getattr(exc, "orig", None) or exc.__cause__ or exc
-    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -273,25 +239,10 @@ def mend_journal(path: Path) -> bool:
 
 
 # --- PostgreSQL: shared by hosts ---------------------------------------------------------------
-def advisory_key(name: str) -> int:
-    """A PostgreSQL advisory lock key (a signed 64-bit integer) for ``name``."""
-    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-
-
-def engine(url: str) -> Any:
-    """An SQLAlchemy engine on ``url`` that checks a pooled connection before using it, so the
-    first statement after a server restart reconnects instead of failing."""
-    import sqlalchemy
-
-    return sqlalchemy.create_engine(url, pool_pre_ping=True)
-
-
 def _open_postgres(url: str, heartbeat: int) -> Any:
     """Optuna's RDB storage on PostgreSQL with heartbeats, every table created once."""
     import optuna
     import sqlalchemy
-
-    from . import claims, db_records
 
     if heartbeat < 1:
         raise StorageError(f"--heartbeat must be a whole number of seconds >= 1, got {heartbeat}")

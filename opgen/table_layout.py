@@ -3,7 +3,7 @@ the ranges their bucket indices stand for and what their winners measured; the f
 combinations as a few ranges of bucket indices per plain-field value (computed here, at build
 time, from the rows :func:`opgen.table.frozen_rows` fills).
 
-Uses ``keys``, ``render``, ``spec``, ``table``.
+Uses ``keys``, ``render``, ``spec``, ``table_rows``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 from .keys import bucket_range, key_text, sort_key, split_key_field
 from .render import py_literal
 from .spec import OpSpec
-from .table import FrozenTable, Row, comment_of
+from .table_rows import FrozenTable, Row, comment_of
 
 WIDTH = 100
 """The longest line a generated table may have."""

@@ -14,6 +14,7 @@ import importlib
 import inspect
 import multiprocessing as mp
 import os
+import re
 import signal
 import sys
 import time
@@ -22,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import bench
-from .lifetime import die_with_parent, died, track, untrack
+from .backends import get_backend
+from .lifetime import death, die_with_parent, track, untrack
 from .errors import WorkerError
 from .records import STATUSES  # noqa: F401  (a Result's status is one of them)
+from .space import case_inputs, evaluate_params
 
 # Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).
@@ -84,8 +87,6 @@ def timeout_reason(seconds: float) -> str:
 
 def timeout_of_reason(reason: str) -> float | None:
     """The limit a :func:`timeout_reason` names (None for any other reason)."""
-    import re
-
     found = re.fullmatch(r"no result after ([0-9.e+-]+) s", reason)
     return float(found.group(1)) if found else None
 
@@ -114,8 +115,6 @@ class WorkerState:
         return self.op_spec
 
     def backend(self, task: Task):
-        from .backends import get_backend
-
         key = (task.backend, task.device)
         if key not in self.backends:
             self.backends[key] = get_backend(task.backend, task.device)
@@ -141,8 +140,6 @@ def case_arguments(spec, case: dict[str, Any], seed: int, device: str) -> tuple[
     """The params of one case and its inputs on ``device``: the op's arguments by name (an
     optional tensor the case leaves out is None), with what else the spec's ``make_inputs`` gave."""
     import torch
-
-    from .space import case_inputs, evaluate_params
 
     params = evaluate_params(spec, case_inputs(spec, case))
     dims = {k: params[k] for k in spec.dim_symbols()}
@@ -178,7 +175,7 @@ def prepare_case(spec, case: dict[str, Any], seed: int, device: str) -> dict[str
     mag = reference(spec.reference.magnitude)
     half_rel_l2 = None  # the upstream half-precision computation's error on the first output
     if spec.reference.half is not None and spec.accuracy.half_ratio is not None:
-        from .accuracy import rel_l2
+        from .accuracy import rel_l2  # accuracy imports torch: loaded with the first case prepared, not with the module
 
         first = next(iter(spec.signature.outputs))
         half = reference(spec.reference.half)
@@ -239,7 +236,7 @@ def _reported(compiled: Any) -> dict[str, int]:
 
 def run_task(task: Task, state: WorkerState) -> Result:
     """Compile, check and time one point in this process (the worker's body)."""
-    from . import accuracy
+    from . import accuracy  # imports torch: loaded in the worker process, not in the tuner
 
     start = time.perf_counter()
     spec = state.spec(task)
@@ -303,7 +300,7 @@ def _serve(conn, root: str, env: dict[str, str], spec: Any, parent: int) -> None
     import triton  # noqa: F401
 
     if os.environ.get("TRITON_INTERPRET") == "1":  # bf16 computed by value, as the API does there
-        from .interpreter import patch_bf16
+        from .interpreter import patch_bf16  # imports numpy: only under the interpreter
 
         patch_bf16()
 
@@ -384,7 +381,8 @@ class Worker:
             self._proc.join(timeout=5)
             code, by_us = self._proc.exitcode, self._stopping
             self.close(kill=True)
-            return died(code, by_us, time.perf_counter() - start)
+            status, reason = death(code, by_us)
+            return Result(status, reason, seconds=time.perf_counter() - start)
         if result.status == "crash":
             self.close(kill=True)
         return result

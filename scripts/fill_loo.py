@@ -5,7 +5,7 @@ measured candidates. Prints per bucket the fill's source (a tuned or measured ke
 a bucket where the spec's default ran fastest is nearer than any row, or none serves) and the
 fastest candidate's time over the fill's, as the measured fill weighs runs: each run's fastest
 over the point's time in it, geometric mean over the bucket's runs that timed it
-(``opgen.table.run_shares``); then the geomean and the minimum. With ``--no-kept`` the
+(``opgen.fill_measured.run_shares``); then the geomean and the minimum. With ``--no-kept`` the
 measured buckets where the default ran fastest are no sources of the fill.
 Runs on the CPU:
 
@@ -28,8 +28,9 @@ from opgen.records import latest_measure_runs, record_path  # noqa: E402
 from opgen.bucket_shapes import edge_params  # noqa: E402
 from opgen.space import carried_clamped, case_inputs, evaluate_params, point_id  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.table import (fill_measured, leave_one_out_fill, read_keyed, run_shares, split_winners,  # noqa: E402
-                         stand_ins)
+from opgen.fill_measured import fill_measured, run_shares  # noqa: E402
+from opgen.fill_nearest import leave_one_out_fill, stand_ins  # noqa: E402
+from opgen.table_records import read_keyed, split_winners  # noqa: E402
 
 
 def main() -> int:

@@ -40,7 +40,8 @@ from opgen.kernels import kernel_hashes  # noqa: E402
 from opgen.records import record_path  # noqa: E402
 from opgen.space import carried, case_inputs, evaluate_params, find_variant, is_legal, variants_for  # noqa: E402
 from opgen.spec import load_spec  # noqa: E402
-from opgen.table import frozen_rows, point_fits  # noqa: E402
+from opgen.fits import point_fits  # noqa: E402
+from opgen.table import frozen_rows  # noqa: E402
 from opgen.worker import Task, WorkerState, run_task  # noqa: E402
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from opgen import table as tables
+from opgen import bucket_shapes
+from opgen.keys import key_of
 from opgen.bucket_shapes import bucket_corner
 from opgen.hardware import profile
 from opgen.kernels import kernel_hashes
@@ -22,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _at(spec, **case):
-    return tables._params(spec, {**BASE, **case}, "test")
+    return bucket_shapes.case_params(spec, {**BASE, **case}, "test")
 
 
 @pytest.mark.parametrize("V, BV, want", [(64, 128, 64), (40, 128, 64), (32, 128, 32), (33, 64, 64),
@@ -56,10 +58,10 @@ def test_the_nearest_fill_clamps_a_wide_source_tile_to_the_target_bucket(tmp_pat
     wide = _winner(gla, point={**POINT, "BV": 128}, V=96)  # V bucket (64, 96]
     _write(path, [wide])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
-    target = tables.key_of(gla, _at(gla, V=64))  # V bucket (32, 64], one step below
+    target = key_of(gla, _at(gla, V=64))  # V bucket (32, 64], one step below
     row = next(r for r in table.rows if r.key == target)
     assert (row.source, row.point["BV"], row.winner.point["BV"]) == (wide.key, 64, 128)
-    same = next(r for r in table.rows if r.key == tables.key_of(gla, _at(gla, V=128)))  # a step above: 128 covers it
+    same = next(r for r in table.rows if r.key == key_of(gla, _at(gla, V=128)))  # a step above: 128 covers it
     assert same.point["BV"] == 128
 
 

@@ -11,6 +11,7 @@ import pytest
 from opgen import fill_rank as fr
 from opgen import keys, records
 from opgen import table as tables
+from opgen import fill_nearest
 from opgen.bucket_shapes import case_params, edge_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,7 +77,7 @@ def test_the_rule_takes_what_the_nearby_buckets_favour_over_the_nearest_winner(g
     assert choice.predicted == pytest.approx(math.exp(_weighted(shares, target)))
     # the nearest fill takes the nearest winner whatever the measured buckets say
     params = case_params(gla, BASE, "test")
-    assert tables.leave_one_out_fill(gla, CHIP, {w.key: w for w in (wide, narrow)}, target, params)[2] == \
+    assert fill_nearest.leave_one_out_fill(gla, CHIP, {w.key: w for w in (wide, narrow)}, target, params)[2] == \
         f"from {narrow.key!r}"
 
 

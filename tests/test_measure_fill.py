@@ -15,6 +15,8 @@ import pytest
 
 from opgen import records
 from opgen import table as tables
+from opgen import bucket_shapes, fill_nearest, fits, table_records
+from opgen.keys import key_of
 from opgen.errors import RecordError
 from opgen.kernels import kernel_hashes
 from opgen.spec import load_spec
@@ -37,7 +39,7 @@ def setup(tmp_path, gla):
     small = _winner(gla)  # K and V buckets 3
     large = _winner(gla, "fp32_general_tiled", point={**POINT, "DOT_PRECISION": "tf32x3"}, K=512, B=1)  # K 5
     case = {**small.case, "K": 256}  # K bucket 4: as near to both, so the nearest fill takes the larger
-    target = tables.key_of(gla, tables._params(gla, case, "test"))
+    target = key_of(gla, bucket_shapes.case_params(gla, case, "test"))
     return _path(tmp_path), small, large, case, target
 
 
@@ -140,9 +142,9 @@ def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_ste
     narrow = _winner(gla, "post_general_tiled", point={**POINT, "BV": 128}, median=0.09, **{**case, "K": 256})
     assert narrow.key == target
     _write(path, [small, large, *measured, narrow])
-    fresh = tables.fresh_winners(gla, CHIP, path, hashes)
-    found = tables.read_keyed(gla, CHIP, path).records
-    assert target not in fresh and tables.pending_winners(gla, CHIP, path, found, hashes) == {target: narrow}
+    fresh = table_records.fresh_winners(gla, CHIP, path, hashes)
+    found = table_records.read_keyed(gla, CHIP, path).records
+    assert target not in fresh and table_records.pending_winners(gla, CHIP, path, found, hashes) == {target: narrow}
     row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]
     assert (row.variant, row.point["BV"], row.source) == (small.variant, 64, small.key)
     # the measure step measures the bucket again, the pending point among its candidates
@@ -161,13 +163,13 @@ def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_ste
     faced_small = dataclasses.replace(narrow, remeasured_ms={
         **narrow.remeasured_ms, "post_general_tiled:" + ",".join(f"{k}={v}" for k, v in small.point.items()): 0.1})
     _write(path, [small, large, *measured, faced_small])
-    assert tables.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
-    assert tables.pending_winners(gla, CHIP, path, tables.read_keyed(gla, CHIP, path).records, hashes) == {}
+    assert table_records.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
+    assert table_records.pending_winners(gla, CHIP, path, table_records.read_keyed(gla, CHIP, path).records, hashes) == {}
     # the measured choice weighs every run, as the fill does: a later run that timed large a hair
     # ahead leaves small the choice, which that search faced
     later = [_measure(target, case, small, 0.101, run="b"), _measure(target, case, large, 0.100, run="b")]
     _write(path, [small, large, *measured, *later, faced_small])
-    assert tables.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
+    assert table_records.fresh_winners(gla, CHIP, path, hashes)[target].point["BV"] == 128
 
 
 def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup, gla, hashes):
@@ -175,7 +177,8 @@ def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup,
     speed on every bucket it was measured on, on enough of them, is measured on its own bucket
     alone; one that came near once, or was measured on too few, stays."""
     from opgen.hardware import profile
-    from opgen.measure_fill import candidates, current_measures, measure_fill, outrun
+    from opgen.fill_measured import current_measures
+    from opgen.measure_fill import candidates, measure_fill, outrun
     from opgen.plan import buckets
     from opgen.space import Point
 
@@ -183,7 +186,7 @@ def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup,
     chip = profile("h200")
     pool = candidates(gla, chip, {small.key: small, large.key: large})
     shapes = [{**case, "T": t} for t in (512, 4096, 40000)]  # three tasks buckets of the target's K and V
-    keys = [tables.key_of(gla, tables._params(gla, c, "test")) for c in shapes]
+    keys = [key_of(gla, bucket_shapes.case_params(gla, c, "test")) for c in shapes]
     assert len(set(keys)) == 3
     runs = {k: (_measure(k, c, small, 0.10), _measure(k, c, large, 0.20)) for k, c in zip(keys, shapes)}
     out = outrun(gla, chip, pool, runs, 0.95, 3)
@@ -231,12 +234,12 @@ def test_a_variant_illegal_on_part_of_a_bucket_fills_no_row_there(setup, gla, ha
     refuse the call), which the nearest legal row fills."""
     path, small, large, case, target = setup
     tma = _winner(gla, "fold_general_tma", point={**POINT, "num_stages": 1}, K=64, V=64)
-    assert tables.point_fits(gla, CHIP, tma.variant, tma.point, tables._params(gla, tma.case, "test"))
+    assert fits.point_fits(gla, CHIP, tma.variant, tma.point, bucket_shapes.case_params(gla, tma.case, "test"))
     unaligned = tma.key[:6] + (0,) + tma.key[7:]
-    assert tables.legal_across(gla, tma.variant, tma.case, "test")
-    assert not tables.legal_across(gla, tma.variant, tma.case, "test", unaligned)
-    assert (tables.low_params(gla, tma.case, "test")["K"], tables.low_params(gla, tma.case, "test")["V"]) == (40, 40)
-    assert tables.low_params(gla, tma.case, "test", unaligned)["K"] == 33
+    assert fits.legal_across(gla, tma.variant, tma.case, "test")
+    assert not fits.legal_across(gla, tma.variant, tma.case, "test", unaligned)
+    assert (bucket_shapes.low_params(gla, tma.case, "test")["K"], bucket_shapes.low_params(gla, tma.case, "test")["V"]) == (40, 40)
+    assert bucket_shapes.low_params(gla, tma.case, "test", unaligned)["K"] == 33
     pointer = _measure(target, case, small, 0.10)
     _write(path, [small, large, tma, _measure(target, case, tma, 0.05), pointer])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
@@ -263,7 +266,7 @@ def test_a_tuned_row_illegal_on_part_of_its_bucket_stops_the_build(tmp_path, gla
 def _default_measure(gla, target, case, ms, hashes, **change):
     from opgen.space import default_point
 
-    point = default_point(gla, CHIP, tables._params(gla, case, "test"))
+    point = default_point(gla, CHIP, bucket_shapes.case_params(gla, case, "test"))
     return records.MeasureRecord(
         op=OP, chip="h200", toolchain=TOOLS, kernel_hash=hashes[point.variant], key=target, case=case,
         variant=point.variant, point={**point.config, **change}, study="", date="2026-12-01", ms=ms,
@@ -288,12 +291,12 @@ def test_a_bucket_where_the_default_ran_fastest_keeps_it(setup, gla, hashes, def
     # either winner, so that bucket keeps the default too; one K bucket down, small is nearer
     above = target[:7] + (target[7] + 1,)
     if kept:
-        assert above not in _filled(table) and tables.default_source(gla, CHIP, table, above) == target
-        assert tables.default_source(gla, CHIP, table, target) is None  # kept itself, no neighbour's
+        assert above not in _filled(table) and fill_nearest.default_source(gla, CHIP, table, above) == target
+        assert fill_nearest.default_source(gla, CHIP, table, target) is None  # kept itself, no neighbour's
         # the table counts the buckets the kept one leaves to the default, each of them without a row
         assert table.defaulted >= 1 and table.defaulted == sum(
             1 for key in itertools.product(*(range(n) for n in (6, 7, 2, 4)))
-            if tables.default_source(gla, CHIP, table, target[:4] + key) is not None)
+            if fill_nearest.default_source(gla, CHIP, table, target[:4] + key) is not None)
     else:
         assert table.defaulted == 0
         assert _filled(table)[above].source == target
@@ -449,10 +452,10 @@ def test_a_winner_is_carried_to_another_shape_with_the_tunables_its_variant_fixe
     from opgen.space import carried
 
     vloop = {**POINT, "EARLY_INTRA": True}  # vloop fixes BK = max(16, pow2(K)) and EARLY_INTRA
-    k32 = tables._params(gla, {**BASE, "K": 32}, "test")
+    k32 = bucket_shapes.case_params(gla, {**BASE, "K": 32}, "test")
     assert carried(gla, "post_vloop_tiled", vloop, k32) == {**vloop, "BK": 32}
     assert carried(gla, "post_general_tiled", POINT, k32) == POINT  # general fixes nothing here
-    assert carried(gla, "post_vloop2_tiled", vloop, tables._params(gla, {**BASE, "K": 192}, "test"))["BK"] == 128
+    assert carried(gla, "post_vloop2_tiled", vloop, bucket_shapes.case_params(gla, {**BASE, "K": 192}, "test"))["BK"] == 128
 
 
 def test_the_measure_step_runs_each_winner_carried_to_the_bucket(gla):
@@ -487,7 +490,7 @@ def test_a_carried_point_measured_fastest_fills_the_bucket_with_its_own_tunables
     vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
     general = _winner(gla, "post_general_tiled", K=128)
     case = {**BASE, "K": 32}
-    target = tables.key_of(gla, tables._params(gla, case, "test"))
+    target = key_of(gla, bucket_shapes.case_params(gla, case, "test"))
     ran = dataclasses.replace(_measure(target, case, vloop, 0.05), point={**vloop.point, "BK": 32})
     _write(path, [vloop, general, ran, _measure(target, case, general, 0.10)])
     table = tables.frozen_rows(gla, CHIP, path, hashes)
@@ -503,7 +506,7 @@ def test_a_point_measured_at_a_shape_whose_fixed_tile_misses_the_bucket_edge_fil
     vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
     general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=128)
     case = {**BASE, "K": 16}  # bucket K <= 32: vloop fixes BK 16 here and 32 at K = 32
-    target = tables.key_of(gla, tables._params(gla, case, "test"))
+    target = key_of(gla, bucket_shapes.case_params(gla, case, "test"))
     ran = dataclasses.replace(_measure(target, case, vloop, 0.05), point={**vloop.point, "BK": 16})
     _write(path, [vloop, general, ran, _measure(target, case, general, 0.10)])
     row = _filled(tables.frozen_rows(gla, CHIP, path, hashes))[target]

@@ -8,6 +8,7 @@ import pytest
 
 from opgen import keys, records, space
 from opgen import table as tables
+from opgen import fill_nearest, table_rows
 from opgen.errors import RecordError
 from opgen.hardware import profile
 from opgen.spec import load_spec
@@ -317,8 +318,8 @@ def test_a_borrowing_chip_reads_its_lenders_records_then_its_own(tmp_path, gla, 
 
 
 def test_no_record_file_means_no_rows(tmp_path, gla, hashes):
-    assert tables.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == tables.FrozenTable(
-        (), (), 0, 0, tables.CrossChecked((), 0))
+    assert tables.frozen_rows(gla, CHIP, _path(tmp_path), hashes) == table_rows.FrozenTable(
+        (), (), 0, 0, table_rows.CrossChecked((), 0))
 
 
 def test_stale_kernel_hash_is_excluded_and_reported(tmp_path, gla, hashes):
@@ -475,9 +476,9 @@ def test_the_cross_check_line_names_every_row_over_its_margin(gla):
     a, b, c = _winner(gla), _winner(gla, K=64, V=64), _winner(gla, K=32, V=32)
     checks = (_check(a, a.variant, a.point, fill_ms=0.13), _check(b, b.variant, b.point, fill_ms=0.15),
               _check(c, c.variant, c.point, fill_ms=0.105))
-    line = tables.CrossChecked(checks, 3).line()
+    line = table_rows.CrossChecked(checks, 3).line()
     assert line.endswith(f"FLAGGED. Over the margin (2 rows): {b.key!r} 50.0%, {a.key!r} 30.0%.")
-    assert "Over the margin" not in tables.CrossChecked(checks[::2], 3).line()
+    assert "Over the margin" not in table_rows.CrossChecked(checks[::2], 3).line()
 
 
 def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, hashes):
@@ -486,7 +487,7 @@ def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, ha
     a = _winner(gla)
     b = _winner(gla, point={**POINT, "BV": 128}, K=64, V=64)
     fresh = {a.key: a, b.key: b}
-    fill = next(r for r in tables.fill_nearest(gla, CHIP, {b.key: b}) if r.key == a.key)
+    fill = next(r for r in fill_nearest.fill_nearest(gla, CHIP, {b.key: b}) if r.key == a.key)
     assert fill.point["BV"] == 128
     check = _check(a, fill.variant, fill.point, own_ms=0.1, fill_ms=0.13)
     got = tables.cross_checked(gla, CHIP, [a, b, check], fresh, hashes)

@@ -111,7 +111,8 @@ def test_a_fill_for_one_key_is_that_keys_row_of_the_whole_fill():
     """fill_nearest(..., only=key), what a leave-one-out check asks, gives the row the fill of every
     key gives that key, or none where that fill gives none (the GLA H200 records, each tuned key
     left out in turn)."""
-    from opgen.table import fill_nearest, fresh_winners
+    from opgen.fill_nearest import fill_nearest
+    from opgen.table_records import fresh_winners
 
     spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
     fresh = fresh_winners(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))

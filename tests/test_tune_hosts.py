@@ -60,7 +60,7 @@ def _output(root: Path, name: str) -> str:
 
 
 def _host(proc: subprocess.Popen) -> str:
-    """How the trials a process measures name it (``opgen.storage.worker_id``)."""
+    """How the trials a process measures name it (``opgen.db.worker_id``)."""
     return f"{socket.gethostname()}:{proc.pid}"
 
 

@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import torch
 
+from opgen.spec import load_spec
+
 
 def strided_view(x: torch.Tensor) -> torch.Tensor:
     """x's values as the first half of a tensor twice as wide in its last dim (not contiguous)."""
@@ -25,8 +27,6 @@ def strided_view(x: torch.Tensor) -> torch.Tensor:
 def activations(op: str) -> set[str]:
     """The tensor inputs of ``op`` with a batch dim first (its spec's ``B``): the activations, not
     the per-head parameters."""
-    from opgen.spec import load_spec
-
     root = Path(importlib.import_module(f"generated.{op}").__file__).resolve().parents[2]
     spec = load_spec(root / "specs" / f"{op}.yaml", root)
     return {name for name, arg in spec.signature.tensors.items() if arg.dims[0] == "B"}
