@@ -193,11 +193,14 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     variants = sorted({(v.name, tuple(o for _, o in v.options)) for v in rendered})
     host_descriptors = sorted({v.name for v in rendered
                                if any(spec.variants.axes[a][o].host_descriptors for a, o in v.options)})
+    descriptor_options = [f"{a} {' and '.join(names)}" for a, options in spec.variants.axes.items()
+                          if (names := [o for o, option in options.items() if option.host_descriptors])]
     uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
     static = [a for a in spec.api.launch_args if a not in spec.signature.tensors and a not in spec.signature.outputs]
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
                 variants=variants, host_descriptors=host_descriptors, defaults=defaults, budgets=budgets,
+                descriptor_options=", ".join(descriptor_options), strided=list(spec.api.strided),
                 legality=legality, legal_names=legal_names, shape_fixed=shape_fixed,
                 fixed_names=sorted(fixed_names), key=key,
                 param_names=list(spec.param_names()),
@@ -319,8 +322,13 @@ def build_op(root: Path, spec: OpSpec, notes: list[str] | None = None) -> list[G
     for rendering in RENDERINGS:
         doc = f'"""{spec.op} kernels rendered for {rendering}."""\n'
         files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", kernel_header + doc))
-    for kernel in render_kernels(root, spec, RENDERINGS, env):
-        hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
+        if spec.api.strided:
+            doc = (f'"""{spec.op} kernels rendered for {rendering}, strided twins: '
+                   f'{", ".join(spec.api.strided)} taken through their strides (no tuning records)."""\n')
+            files.append(GeneratedFile(f"{base}/kernels/{rendering}/strided/__init__.py", kernel_header + doc))
+    for kernel in render_kernels(root, spec, RENDERINGS, env, twins=True):
+        if not kernel.strided:  # the twins have no records: no table reads their hashes
+            hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
         files.append(GeneratedFile(kernel.path, kernel.text))
     for chip in PROFILES.values():
         files.append(_table_file(root, spec, inputs, chip, env, hashes[chip.rendering], notes))

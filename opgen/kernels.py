@@ -44,6 +44,7 @@ class KernelFile(GeneratedFile):
     rendering: str = ""
     variant: str = ""
     source: str = ""
+    strided: bool = False
 
     @property
     def hash(self) -> str:
@@ -99,20 +100,27 @@ def op_inputs(root: Path, spec: OpSpec, driver: bool = True) -> OpInputs:
 
 
 def render_kernels(root: Path, spec: OpSpec, renderings: tuple[str, ...] = RENDERINGS,
-                   env: jinja2.Environment | None = None) -> list[KernelFile]:
-    """Every kernel module of ``spec`` for ``renderings``, in rendering then variant order."""
+                   env: jinja2.Environment | None = None, twins: bool = False) -> list[KernelFile]:
+    """Every kernel module of ``spec`` for ``renderings``, in rendering then variant order; with
+    ``twins``, each followed by its strided twin where the spec names strided tensors
+    (``api.strided``: the template rendered with ``STRIDED`` true, into
+    ``kernels/<rendering>/strided/<variant>.py``). The twins have no tuning records: a strided
+    call runs the twin of the variant and point the table chose for the contiguous call."""
     env = env or op_environment(root, spec.op)
     head = op_inputs(root, spec, driver=False).header()
+    forms = (False, True) if twins and spec.api.strided else (False,)
     out = []
     for rendering in renderings:
         launch = [n for n, t in spec.tunables.items() if t.role == "launch" and rendering in t.domain]
         for variant in variants_for(spec, rendering):
-            context = dict(header=head, op=spec.op, variant_name=variant.name,
-                           backend=rendering, launch_options=launch, **variant.flags)
-            source = render(env, variant.template, context)
-            _require_launch(source, variant.template, rendering, variant.name)
-            out.append(KernelFile(f"{GENERATED}/{spec.op}/kernels/{rendering}/{variant.name}.py",
-                                  wrap_source(source), rendering, variant.name, source))
+            for strided in forms:
+                context = dict(header=head, op=spec.op, variant_name=variant.name, backend=rendering,
+                               launch_options=launch, STRIDED=strided, **variant.flags)
+                source = render(env, variant.template, context)
+                _require_launch(source, variant.template, rendering, variant.name)
+                folder = f"{GENERATED}/{spec.op}/kernels/{rendering}" + ("/strided" if strided else "")
+                out.append(KernelFile(f"{folder}/{variant.name}.py", wrap_source(source), rendering,
+                                      variant.name, source, strided))
     return out
 
 

@@ -197,9 +197,12 @@ class Accuracy(_Model):
 
 
 class Api(_Model):
-    """How the public function calls a variant module's ``launch``."""
+    """How the public function calls a variant module's ``launch``; ``strided``: the tensors the
+    kernel templates also render to take through their strides (``STRIDED``, a twin module per
+    variant under ``kernels/<rendering>/strided/``), read in place where their last stride is 1."""
 
     launch_args: tuple[Ident, ...] = Field(min_length=1)
+    strided: tuple[Ident, ...] = ()
     template: str = "api.py.j2"
 
 
@@ -495,6 +498,9 @@ def _validate_semantics(spec: OpSpec, file: str) -> None:
     for name in spec.api.launch_args:
         if name not in sig.tensors and name not in sig.outputs and name not in params:
             raise SpecError(file, "api.launch_args", "tensor, output, scalar or param names", name)
+    for name in spec.api.strided:
+        if name not in sig.tensors:
+            raise SpecError(file, "api.strided", "tensor names", name)
     for name, target in spec.baselines.items():
         forced = forced_axes(target)
         if forced is None and ":" not in target:

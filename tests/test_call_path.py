@@ -4,6 +4,7 @@ same outputs; any other call runs every check, so a bad argument is still named.
 import pytest
 import torch
 
+from opgen.launches import recording
 from opgen.references.chunk_gla_fwd_o_gk import make_inputs
 
 
@@ -21,9 +22,9 @@ def gla(monkeypatch):
     launches = []
     real = module._kernel_module
 
-    def counted(rendering, variant):
-        launches.append(variant)
-        return real(rendering, variant)
+    def counted(rendering, variant, strided=False):
+        launches.append(variant + " strided" * strided)
+        return real(rendering, variant, strided)
     monkeypatch.setattr(module, "_kernel_module", counted)
     return module, launches
 
@@ -33,14 +34,37 @@ def test_a_seen_signature_skips_the_checks_and_runs_the_same_kernels(gla, monkey
     x = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=3)
     first = module.chunk_gla_fwd_o_gk(**x)
     assert len(module._SEEN) == 1 and len(launches) == 1
+    checked = module._tensor
     monkeypatch.setattr(module, "_tensor", None)  # the checks are not run again: calling it would fail
     y = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=4)  # other values, same signature
     second = module.chunk_gla_fwd_o_gk(**y)
     again = module.chunk_gla_fwd_o_gk(**x)
     assert len(launches) == 1 and len(module._SEEN) == 1  # no lookup, no new entry
     assert torch.equal(again, first) and not torch.equal(second, first)
-    transposed = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # same signature, other strides
+    monkeypatch.setattr(module, "_tensor", checked)
+    transposed = x["q"].transpose(1, 2).contiguous().transpose(1, 2)  # not contiguous: a signature of its own
     assert torch.equal(module.chunk_gla_fwd_o_gk(**{**x, "q": transposed}), first)
+    assert len(module._SEEN) == 2 and launches[1:] == [launches[0], launches[0] + " strided"]
+
+
+def test_a_seen_strided_signature_runs_the_twin_unless_its_copies_leave_every_input_contiguous(gla):
+    """The signature holds whether each input is contiguous, not its strides: among calls of one
+    strided signature, one whose only non-contiguous input has a last stride other than 1 (copied)
+    runs the contiguous module, one with a view read in place the strided twin."""
+    module, launches = gla
+    x = make_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=3)
+    first = module.chunk_gla_fwd_o_gk(**x)
+    every_other = torch.empty(*x["q"].shape[:-1], 2 * x["q"].shape[-1], dtype=x["q"].dtype)[..., ::2]
+    every_other.copy_(x["q"])  # last stride 2: copied
+    sliced = torch.cat([x["q"], x["q"]], dim=-1)[..., :32]  # last stride 1: read in place
+    for q in (every_other, sliced, every_other, sliced):
+        assert torch.equal(module.chunk_gla_fwd_o_gk(**{**x, "q": q}), first)
+        with recording() as seen:  # the launch's arguments, the kernel not run
+            module.chunk_gla_fwd_o_gk(**{**x, "q": q})
+        (launch,) = seen
+        in_place = launch.kwargs["q"].data_ptr() == q.data_ptr()
+        assert in_place == (q is sliced) and ("stride_q_t" in launch.kwargs) == in_place
+    assert len(module._SEEN) == 2  # the contiguous signature and one strided one
 
 
 @pytest.mark.parametrize("change, error, match", [

@@ -63,3 +63,31 @@ def test_cuda_rendering_is_refused_where_it_uses_tf32():
     result = ascend_frontend(module.KERNEL, kwargs, arch="Ascend910B3")
     assert not result.accepted and result.stage == "frontend"
     assert "hf32" in result.message
+
+
+# The strided twins of a few npu variants (each shape, scale path and the h1 rows once), on views
+# sliced out of wider tensors: the strides reach the front end as kernel arguments.
+STRIDED_TWINS = [("split_general_persistent", (2, 100, 4, 128, 96, 64)), ("fold_h1_persistent", (2, 70, 1, 48, 160, 32)),
+                 ("fp32_vloop2_persistent", (1, 70, 4, 192, 96, 64)), ("post_single_persistent", (2, 100, 4, 64, 48, 64))]
+
+
+@pytest.mark.parametrize("name, shape", STRIDED_TWINS, ids=[n for n, _ in STRIDED_TWINS])
+def test_npu_strided_twin_accepted_by_ascend_front_end(name, shape):
+    B, T, H, K, V, C = shape
+    variant = next(v for v in space.variants_for(SPEC, "npu") if v.name == name)
+    module = importlib.import_module(f"generated.chunk_gla_fwd_o_gk.kernels.npu.strided.{name}")
+    x = make_inputs(B, T, H, K, V, C, dtype=torch.float16, seed=0)
+    fused = torch.cat([x["q"], x["v"]], dim=-1)
+    views = {"q": fused[..., :K], "v": fused[..., K:]}
+    for n in ("g", "A", "h"):
+        views[n] = torch.cat([x[n], x[n][..., :8]], dim=-1)[..., :x[n].shape[-1]]
+    assert not any(t.is_contiguous() for t in views.values())
+    params = space.evaluate_params(SPEC, space.case_inputs(SPEC, dict(B=B, T=T, H=H, K=K, V=V, chunk_size=C, dtype="float16")))
+    feasible, _ = space.points(SPEC, variant, profile("ascend910b3"), params)
+    point = feasible[-1]
+    _, kwargs, options = module.prepare(**views, o=torch.empty_like(x["v"]), scale=x["scale"], use_exp2=False, BT=C,
+                                        num_programs=20, point=point.config)
+    assert kwargs["stride_q_t"] == H * (K + V) and kwargs["stride_h_k"] == V + 8
+    result = ascend_frontend(module.KERNEL, kwargs, arch="Ascend910B3", options=options)
+    assert result.accepted, f"{name} {point.name()}: {result.stage}: {result.message[:2000]}"
+    assert any("matmul" in op for op in result.ops), result.ops

@@ -1,10 +1,28 @@
 """Strided inputs (a slice of a fused projection, a transposed view) give exactly the outputs of
-their contiguous copies, for both ops under the interpreter; the caller's tensors are not changed."""
+their contiguous copies, for both ops under the interpreter; the caller's tensors are not changed.
+GLA reads its views in place (the strided twins): every input sliced out of a fused tensor or
+transposed, on tails and odd H, against the float64 golden; the kernel receives the view's own
+storage and strides (no copy), a last stride other than 1 is copied once; the cuda twins of a few
+variants (the descriptor grids' in the interpreter that knows them) equal their contiguous modules."""
+import importlib
+from pathlib import Path
+
 import pytest
 import torch
 
+from opgen import space
+from opgen.accuracy import check_all
+from opgen.hardware import profile
+from opgen.launches import recording
+from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, reference_fp32
 from opgen.references.chunk_gla_fwd_o_gk import make_inputs as gla_inputs
 from opgen.references.mamba3_mimo_bwd_fwd import make_inputs as mamba3_inputs
+from opgen.spec import load_spec
+
+from numerics import descriptor_interpreter
+
+ROOT = Path(__file__).resolve().parents[1]
+GLA = ["q", "v", "g", "A", "h"]
 
 
 def _sliced(x):
@@ -81,3 +99,155 @@ def test_the_strided_baseline_calls_each_op_with_strided_views_made_once(monkeyp
         assert seen[1][name] is seen[0][name], name  # made once, reused by every timed call
     for name in ("q_bias", "mimo_v", "d"):  # per-head parameters pass as they are
         assert seen[0][name] is x[name], name
+
+
+# --- GLA: the strided twins ----------------------------------------------------------------------
+def _fused(x):
+    """GLA's inputs as views in place: q and v the two parts of one fused [B, T, H, K + V]
+    projection; g, A and h the first part of a tensor wider in its last dim (A's rows, h's rows
+    of K x V, padded to 16 bytes past their width, so the descriptor grids take them too)."""
+    q, v = x["q"], x["v"]
+    K, V = q.shape[-1], v.shape[-1]
+    fused = torch.cat([q, v], dim=-1)
+    out = {**x, "q": fused[..., :K], "v": fused[..., K:]}
+    for name in ("g", "A", "h"):
+        t = x[name]
+        wide = torch.full((*t.shape[:-1], t.shape[-1] + 4), 7.0, dtype=t.dtype)
+        wide[..., :t.shape[-1]] = t
+        out[name] = wide[..., :t.shape[-1]]
+    return out
+
+
+def _transposed_all(x):
+    """GLA's inputs as transposed views: dims 1 and 2 (tokens or chunks, and heads) swapped in
+    memory; with one head (where that is no change) dims 0 and 1, the batch and the tokens."""
+    a, b = (1, 2) if x["q"].shape[2] > 1 else (0, 1)
+    return {**x, **{n: x[n].transpose(a, b).contiguous().transpose(a, b) for n in GLA}}
+
+
+LAYOUTS = {"fused": _fused, "transposed": _transposed_all}
+
+
+def _golden_check(o, x, use_exp2=False):
+    args = dict(q=x["q"], v=x["v"], g=x["g"], A=x["A"], h=x["h"], scale=x["scale"],
+                chunk_size=x["chunk_size"], use_exp2=use_exp2)
+    report = check_all(o, golden(**args), reference_fp32(**args), magnitude(**args))
+    assert report.passed, report.summary()
+
+
+# (B, T, H, K, V, C): T not a multiple of C; odd H; H = 1 (the h1 shape); K past 64 (general)
+GLA_SHAPES = [(2, 45, 3, 48, 40, 32), (2, 45, 1, 96, 40, 32), (1, 70, 3, 80, 72, 64)]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("shape", GLA_SHAPES, ids=["B{}-T{}-H{}-K{}-V{}-C{}".format(*s) for s in GLA_SHAPES])
+def test_gla_reads_every_input_in_place(layout, shape):
+    """Each input a view (none contiguous): the output is the contiguous call's and meets the
+    golden checks, and the launched kernel got each view itself (its storage, offset and strides)."""
+    import generated.chunk_gla_fwd_o_gk as module
+
+    x = gla_inputs(*shape, dtype=torch.float16, seed=sum(shape))
+    views = LAYOUTS[layout](x)
+    assert not any(views[n].is_contiguous() for n in GLA)
+    o = module.chunk_gla_fwd_o_gk(**views)
+    assert torch.equal(o, module.chunk_gla_fwd_o_gk(**x))
+    _golden_check(o, x)
+    with recording() as launches:
+        module.chunk_gla_fwd_o_gk(**views)
+    (launch,) = launches
+    assert launch.kernel.fn.__module__.startswith("generated.chunk_gla_fwd_o_gk.kernels.npu.strided.")
+    args, _ = launch.split()
+    for name in GLA:
+        assert args[name].data_ptr() == views[name].data_ptr() and args[name].stride() == views[name].stride(), name
+        strides = {k: v for k, v in args.items() if k.startswith(f"stride_{name}_")}
+        expected = {f"stride_{name}_{d}": views[name].stride(i) for i, d in enumerate("bthk" if name == "h" else "bth")}
+        assert {f"stride_{name}_b", f"stride_{name}_t"} <= set(strides) <= set(expected), name  # h1: no H stride
+        assert strides == {k: expected[k] for k in strides}, name
+
+
+def test_gla_copies_once_an_input_whose_last_stride_is_not_one():
+    """q every other element of a wider tensor (last stride 2) is copied, once; v, g, A and h,
+    fused views, are still read in place; the output is the contiguous call's."""
+    import generated.chunk_gla_fwd_o_gk as module
+
+    x = gla_inputs(1, 45, 3, 48, 40, 32, dtype=torch.float16, seed=9)
+    views = _fused(x)
+    every_other = torch.empty(*x["q"].shape[:-1], 2 * x["q"].shape[-1], dtype=x["q"].dtype)[..., ::2]
+    every_other.copy_(x["q"])
+    views["q"] = every_other
+    copies = []
+    real = torch.Tensor.contiguous
+
+    def counted(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        copies.append(out is not self)
+        return out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "contiguous", counted)
+        o = module.chunk_gla_fwd_o_gk(**views)
+        with recording() as launches:
+            module.chunk_gla_fwd_o_gk(**views)  # the seen signature's path
+    assert copies.count(True) == 2  # q, once a call
+    assert torch.equal(o, module.chunk_gla_fwd_o_gk(**x))
+    args, _ = launches[0].split()
+    assert args["q"].is_contiguous() and args["q"].data_ptr() != every_other.data_ptr()
+    assert all(args[n].data_ptr() == views[n].data_ptr() for n in GLA[1:])
+
+
+SPEC = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
+LAUNCH_OPTIONS = {n for n, t in SPEC.tunables.items() if t.role == "launch"}
+# cuda variants of each shape and grid family (tiled, heads_first, chunks, persistent; the V
+# loops; h1), and the descriptor grid, its A through the triangular mask
+CUDA_TWINS = [("fold_general_heads_first", (1, 45, 3, 80, 72, 32)), ("post_h1_chunks2", (2, 100, 1, 48, 40, 32)),
+              ("fp32_vloop2_persistent", (1, 40, 3, 160, 40, 32)), ("split_vloop_tiled", (1, 45, 3, 48, 72, 32)),
+              ("fold_single_tiled", (2, 45, 3, 40, 48, 64)), ("post_general_tma_persistent", (1, 45, 3, 48, 40, 32))]
+
+
+def _point(variant, shape, **want):
+    """A point of ``variant`` on the h200 for ``shape`` (float16) with the options ``want`` where
+    the variant leaves them free; ieee fp32 dots (the interpreter's); no launch options."""
+    B, T, H, K, V, C = shape
+    params = space.evaluate_params(SPEC, space.case_inputs(SPEC, dict(B=B, T=T, H=H, K=K, V=V, chunk_size=C,
+                                                                       dtype="float16")))
+    feasible, _ = space.points(SPEC, variant, profile("h200"), params)
+    best = max(feasible, key=lambda p: sum(p.config.get(k) == v for k, v in want.items()))
+    return {k: "ieee" if k == "DOT_PRECISION" else v for k, v in best.config.items() if k not in LAUNCH_OPTIONS}
+
+
+@pytest.mark.parametrize("name, shape", CUDA_TWINS, ids=[n for n, _ in CUDA_TWINS])
+def test_cuda_twin_equals_its_contiguous_module(name, shape):
+    """A cuda strided twin on transposed views computes exactly what its contiguous module computes
+    on the contiguous tensors; the descriptor grid's (one launch in the interpreter that knows
+    descriptors), on the fused views, meets the golden checks."""
+    variant = next(v for v in space.variants_for(SPEC, "cuda") if v.name == name)
+    point = _point(variant, shape, TRIL_LOAD=True, EARLY_INTRA=True, EVICT_H=True)
+    x = gla_inputs(*shape, dtype=torch.float16, seed=sum(shape))
+    runs = [(True, _fused(x))] if "tma" in name else [(False, x), (True, _transposed_all(x))]
+    outputs = []
+    for strided, inputs in runs:
+        module = f"generated.chunk_gla_fwd_o_gk.kernels.cuda.{'strided.' if strided else ''}{name}"
+        args = dict(**{n: inputs[n] for n in GLA}, o=torch.full_like(x["v"], float("nan")), scale=x["scale"],
+                    use_exp2=False, BT=shape[-1], num_programs=3, point=point)
+        if "tma" in name:
+            outputs.append(descriptor_interpreter.launch(module, **args))
+        else:
+            importlib.import_module(module).launch(**args)
+            outputs.append(args["o"])
+    _golden_check(outputs[0], x)
+    for o in outputs[1:]:
+        assert torch.equal(o, outputs[0])
+
+
+def test_the_descriptor_twin_takes_aligned_views_and_copies_the_others():
+    """The tma twins build their descriptors over a view whose strides are multiples of 16 bytes
+    (the fused layout) and copy one that is not, or whose data is not 16-byte aligned."""
+    twin = importlib.import_module("generated.chunk_gla_fwd_o_gk.kernels.cuda.strided.fold_general_tma")
+    x = gla_inputs(1, 45, 3, 48, 40, 32, dtype=torch.float16, seed=3)
+    for name, view in _fused(x).items():
+        if name in GLA:
+            assert twin._aligned(view) is view, name
+    odd = torch.cat([x["g"], x["g"][..., :2]], dim=-1)[..., :48]  # rows of 50 float32: 200 bytes
+    shifted = torch.empty(x["q"].numel() + 1, dtype=x["q"].dtype)[1:].view(x["q"].shape)
+    for t in (odd, shifted):
+        copy = twin._aligned(t)
+        assert copy.data_ptr() != t.data_ptr() and copy.is_contiguous() and copy.data_ptr() % 16 == 0

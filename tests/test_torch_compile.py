@@ -109,6 +109,48 @@ def test_gla_kernels_are_nodes_of_the_compiled_graph(monkeypatch):
     torch._dynamo.reset()
 
 
+@pytest.mark.skipif(not hasattr(torch.library, "triton_op"), reason="torch.library.triton_op is torch >= 2.6")
+def test_gla_strided_views_reach_the_traced_kernel_without_a_copy(monkeypatch):
+    """Strided views (q and v slices of one fused projection, g transposed) traced as in the test
+    above: the graph launches the strided twin's kernel on the graph's inputs themselves, with
+    their strides, and holds no copy of them; its output is the eager call's."""
+    import sys
+
+    import generated.chunk_gla_fwd_o_gk as module
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from triton.runtime.jit import JITFunction
+
+    torch._dynamo.reset()
+    x = gla_inputs(1, 40, 2, 32, 32, 32, dtype=torch.float16, seed=7)
+    fused = torch.cat([x["q"], x["v"]], dim=-1)
+    views = {**x, "q": fused[..., :32], "v": fused[..., 32:], "g": x["g"].transpose(1, 2).contiguous().transpose(1, 2)}
+    fn = lambda **kw: module.chunk_gla_fwd_o_gk(**kw) * 2  # noqa: E731
+    eager = fn(**views)
+
+    def interpreted(self, *args, grid, warmup, **kwargs):
+        return getattr(sys.modules[self.fn.__module__], self.fn.__name__)[grid](*args, **kwargs)
+    monkeypatch.setattr(module, "_traceable", lambda table, variant: True)
+    monkeypatch.setattr(module, "_TWINS", {})
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(JITFunction, "run", interpreted)
+    graphs = []
+    assert torch.equal(torch.compile(fn, backend=_graphs(graphs), fullgraph=True)(**views), eager)
+    (graph,) = graphs
+    targets = _targets(graph)
+    assert not any("clone" in t or "contiguous" in t or "copy" in t for t in targets), targets
+    (launch,) = [n for n in graph.graph.nodes if "triton_kernel_wrapper_functional" in str(n.target)]
+    kernel = kernel_side_table.get_kernel(launch.kwargs["kernel_idx"])
+    assert kernel.fn.__module__.startswith("generated.chunk_gla_fwd_o_gk.kernels.npu.strided.")
+    args = {**kernel_side_table.get_constant_args(launch.kwargs["constant_args_idx"]), **launch.kwargs["kwargs"]}
+    assert args["stride_q_t"] == args["stride_v_t"] == 2 * 64 and args["stride_g_h"] == 40 * 32
+    # the inputs themselves: g, and q and v views of the fused tensor, which the graph takes whole
+    assert args["g"].op == "placeholder"
+    assert all(str(args[n].target) == "aten.as_strided.default" for n in ("q", "v")), [args[n].target for n in "qv"]
+    ((_, _, strided),) = module._TWINS
+    assert strided
+    torch._dynamo.reset()
+
+
 def _first_line(fn, *args, fullgraph=True, **kwargs):
     """The exception ``fn`` raises compiled (backend eager), and the first line of its message."""
     torch._dynamo.reset()

@@ -1,7 +1,8 @@
 """Each generated op called with strided views of its activations, the layout a fused projection
 hands over (q, k and v as slices of one wider tensor): ``opgen bench <op> --baseline strided``
 times that call beside the contiguous one, so its speed-up column is the cost of a strided call
-(the API's one copy of each strided input) and its agreement column shows the outputs are equal.
+(GLA's strided twins reading the views in place; the Mamba-3 stage's one copy of each strided
+input) and its agreement column shows the outputs are equal.
 
 A view is made once per input tensor and reused, so the timed calls hold only the op's own work.
 """
