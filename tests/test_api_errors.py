@@ -25,6 +25,8 @@ def _call(x, **changes):
     (lambda x: {"A": x["A"][..., :16].contiguous()}, ValueError, r"A\.shape\[3\] must be BT = 32 \(from chunk_size\), got 16"),
     (lambda x: {"v": x["v"][:, :39]}, ValueError, r"v\.shape\[1\] must be T = 40 \(from q\.shape\[1\]\), got 39"),
     (lambda x: {"q": x["q"].tolist()}, TypeError, r"q must be a torch\.Tensor, got list"),
+    (lambda x: {"q": x["q"].to_sparse()}, TypeError, r"q must be a dense tensor \(the kernels index memory through strides\), got torch\.sparse_coo: pass q\.to_dense\(\)"),
+    (lambda x: {"A": x["A"].to_sparse(2)}, TypeError, r"A must be a dense tensor .*got torch\.sparse_coo"),
     (lambda x: {"chunk_size": 48}, ValueError, r"chunk_size must be one of 32, 64, got 48"),
     (lambda x: {"chunk_size": True}, TypeError, r"chunk_size must be an int, got bool True"),
     (lambda x: {"chunk_size": 32.0}, TypeError, r"chunk_size must be an int, got float 32\.0"),
