@@ -50,7 +50,7 @@ DATE = (re.compile(r"\b20\d\d-\d\d-\d\d\b"), "dates in prose", ("20",))
 
 # Data, not prose: tuning records, benchmark logs and sweeps (raw tool output), JSON. This file
 # itself names the patterns.
-SKIP = re.compile(r"^(records/.*\.jsonl|benchmarks/logs/.*|benchmarks/sweeps/.*|.*\.json|"
+SKIP = re.compile(r"^(records/.*\.jsonl|benchmarks/runs/.*|benchmarks/sweeps/.*|.*\.json|"
                   r"tests/test_product_text\.py)$")
 
 # (path, pattern on the hit's line, why it is legitimate).

@@ -140,7 +140,7 @@ def test_bench_runs_refuse_an_index_that_does_not_match_its_json(tmp_path):
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     logs = tmp_path / "benchmarks" / "logs"
     logs.mkdir(parents=True)
-    shard = json.loads((ROOT / "benchmarks" / "logs" / "h200_mamba3_vs_tilelang_official_1824579.json").read_text())
+    shard = json.loads((ROOT / "benchmarks" / "runs" / "h200_mamba3_vs_tilelang_official_d3667de.json").read_text())
     (logs / "run.json").write_text(json.dumps(dict(shard, baseline="other")))
     index = {"h200": {spec.op: {"bench": [{"baseline": "tilelang", "cases": "official", "json": ["logs/run.json"]}]}}}
     (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
@@ -171,7 +171,7 @@ def test_bench_runs_join_the_cases_an_entrys_where_keeps(tmp_path):
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     logs = tmp_path / "benchmarks" / "logs"
     logs.mkdir(parents=True)
-    shard = json.loads((ROOT / "benchmarks" / "logs" / "h200_mamba3_vs_tilelang_official_1824579.json").read_text())
+    shard = json.loads((ROOT / "benchmarks" / "runs" / "h200_mamba3_vs_tilelang_official_d3667de.json").read_text())
     kept = [r for r, row in zip(shard["results"], spec.expand_cases("official")) if row["R"] == 4]
     assert 0 < len(kept) < len(shard["results"])
     (logs / "run.json").write_text(json.dumps(dict(shard, results=kept, where="R == 4")))
