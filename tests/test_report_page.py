@@ -62,7 +62,7 @@ def test_speed_and_error_figures_are_those_of_the_bench_json(pages, op):
                 f"{sum(s >= 1.2 for s in speed)}/{len(speed)} |") in page
         assert f"ours no worse on {no_worse}/{len(results)} cases" in page
         assert f"generated code {generated} (`generated/{op}/` of commit {run['commit']})" in page
-        assert f"Reproduce: `{' '.join(run['command'].split())}`" in page
+        assert f"Reproduce (on a checkout of commit {run['commit']}): `{' '.join(run['command'].split())}`" in page
     if op == "chunk_gla_fwd_o_gk":  # the committed table's own summary line, for the bench_fla run
         text = (ROOT / "benchmarks" / "h200_chunk_gla_fwd_o_gk_vs_fla.txt").read_text()
         found = re.search(r"geomean speedup ([\d.]+x), min ([\d.]+x) \((\S+)\), >=1\.2x on (\d+/\d+)", text)
