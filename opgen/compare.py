@@ -45,7 +45,7 @@ class CaseResult:
     ours_dirty_ms: float = math.nan
     base_dirty_ms: float = math.nan
     # Output name -> rel. L2 of our output against the baseline's, for ops with several outputs
-    # (empty for one output, and in shards measured before the field).
+    # (empty for one output, and in shards whose JSON lacks it).
     agree: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -304,7 +304,7 @@ def read_shards(rows: list[dict[str, Any]], files: list[Path],
             raise OpgenError(f"bench shard {f}: cannot read it as JSON ({exc})") from None
         if not isinstance(shard, dict) or "generated" not in shard:
             raise OpgenError(f"bench shard {f} does not say which generated code it measured "
-                             "(written before shards carried it): run that shard again")
+                             "(no 'generated' field): run that shard again")
         if generated is None:
             generated = shard["generated"]
         if shard["generated"] != generated:

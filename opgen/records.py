@@ -127,7 +127,7 @@ _COMMON: dict[str, Conv] = dict(
     op=_str, chip=_str, toolchain=_dict_of(_str), kernel_hash=_str, key=_tuple_of(_scalar),
     case=_dict_of(_scalar), variant=_str, point=_dict_of(_scalar), study=_str, date=_date,
     flush=_one_of(*FLUSHES))
-# Keys a line may lack, with the value they had before they existed.
+# Keys a line may lack, with the value such a line stands for.
 _DEFAULTS: dict[str, Any] = {"flush": "write"}
 
 
@@ -146,7 +146,7 @@ class _Record:
     study: str
     date: str
     # The timing protocol's flush: times taken under the two do not compare (a writing flush
-    # leaves dirty lines whose write-back the timed call pays). Lines from before it read "write".
+    # leaves dirty lines whose write-back the timed call pays). A line without it reads "write".
     flush: str = field(default="read", kw_only=True)
 
     KIND: ClassVar[str] = ""
@@ -277,7 +277,7 @@ class MeasureRecord(_Record):
     ms: float | None
     source: str
     run: str
-    reason: str = field(default="", kw_only=True)  # lines written before it had none
+    reason: str = field(default="", kw_only=True)  # "" where a line has none
 
     KIND: ClassVar[str] = "measure"
     CONVERT: ClassVar[dict[str, Conv]] = dict(_COMMON, ms=_opt(_num), source=_str, run=_str, reason=_str)

@@ -110,7 +110,8 @@ def _speed(data: ReviewData, run: BenchRun, image: str) -> str:
         + (f"; the table `benchmarks/{run.table}`" if run.table else "") + ".",
     ]
     lines += [
-        f"- Reproduce: `{run.command}`" if run.command else "- Reproduce: not recorded.",
+        (f"- Reproduce" + (f" (on a checkout of commit {run.commit})" if run.commit else "")
+         + f": `{run.command}`") if run.command else "- Reproduce: not recorded.",
         "",
         f"| geomean speed-up | min | cases at >= {GOOD}x |",
         "| --- | --- | --- |",
@@ -224,8 +225,9 @@ def _history(root: Path, data: ReviewData, images: list[str]) -> str:
     if not images:
         lines += ["", "Not recorded: no trial with a time."]
     if data.campaigns:
-        lines += ["", "The campaigns that appended the records (`benchmarks/runs.yaml`; `opgen records "
-                  f"{data.spec.op} --chip {data.chip.name}` shows them per bucket):", ""]
+        lines += ["", "The campaigns that appended the records, each command run on a checkout of its commit "
+                  f"(`benchmarks/runs.yaml`; `opgen records {data.spec.op} --chip {data.chip.name}` shows them "
+                  "per bucket):", ""]
         lines += [f"- {commit}: " + (f"`{command}`" if command else "command not recorded")
                   for commit, command in data.campaigns]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ of the table's point in that run (a point the run did not measure has none), the
 candidate and where it came from, the ratio of the two, and the geomean ratio. Runs on the CPU:
 
     python3 scripts/fill_oracle.py chunk_gla_fwd_o_gk h200 users_holdout \
-        benchmarks/logs/h200_gla_measure_fill_users_holdout_eb22545.jsonl
+        benchmarks/runs/h200_gla_measure_fill_users_holdout_eb22545.jsonl
 """
 from __future__ import annotations
 

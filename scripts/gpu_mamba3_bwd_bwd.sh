@@ -3,7 +3,7 @@
 # choices against upstream's TileLang kernel compiled per case (tilelang_static), side by side in one
 # process, after both sides' kernels are compiled by WARM_PROCS bench processes (one share of the
 # cases each); optionally a tuning search first. Wheels in .whl/ (scripts/device_env.sh) and the
-# TileLang bundle in .tilelang/ (tilelang_bundle.sh), both git-ignored, carried beside the tree.
+# TileLang bundle in .tilelang/ (tilelang_bundle.sh), both git-ignored: copy them beside the tree.
 # Usage: [STEPS="bench"] bash scripts/gpu_mamba3_bwd_bwd.sh OUT_DIR
 #   STEPS, in the order given: tune (TUNE_TRIALS (10) points a bucket of CASES within TUNE_SECONDS
 #   (200)), build, bench (CASES against tilelang_static). CASES: case sets (official); ROUNDS (2),

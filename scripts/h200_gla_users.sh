@@ -6,15 +6,15 @@
 # .tune/ between runs to resume. Records land in records/h200/ and OUT_DIR.
 # Usage: [DEVICES=cuda:0] [STEPS="tune nearest measure measured"] bash scripts/h200_gla_users.sh OUT_DIR
 #   SECONDS TRIALS [VARIANTS]   (VARIANTS: comma-separated, every legal variant by default; STEPS: the
-#   steps to run, in that order, so a run can be spread over calls that each bring back the records
-#   file, copied to OUT_DIR every 15 s and at the end; the step cross_check, in no default, runs
+#   steps to run, in that order, so a campaign can be spread over several runs of bounded time; the
+#   records file is copied to OUT_DIR every 15 s and at the end; the step cross_check, in no default, runs
 #   the cross-check of the tuned rows alone (after a change to the fill); holdout_measure, in no default,
 #   measures the holdout's buckets into OUT_DIR/holdout_measure.jsonl for scripts/fill_oracle.py;
 #   WARM_PROCS: processes compiling the benchmark's kernels before it is timed, 0 by default;
 #   MEASURE_CASES: the case sets the step measure runs on, in turn, users_measure by default: the
 #   step measures the untuned buckets of each, so users_tune's buckets no search reached count too;
 #   MEASURE_SECONDS: the step begins no bucket past this many seconds of each case set, so that the
-#   steps after it still run in a call of bounded time; the step bench_fla, in no default, times
+#   steps after it still run in a run of bounded time; the step bench_fla, in no default, times
 #   the bench_fla cases against FLA as the holdout is timed, into OUT_DIR/bench_bench_fla.*; the
 #   step bench_sets, in no default, each case set of BENCH_SETS (offgrid by default) likewise)
 set -uo pipefail

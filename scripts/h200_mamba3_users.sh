@@ -6,7 +6,7 @@
 # bounded by MEASURE_SECONDS), the table rebuilt, then the holdout part, which nothing was tuned or
 # measured on, against upstream's TileLang kernel compiled per case (tilelang_static). Wheels in
 # .whl/ (scripts/device_env.sh), the TileLang bundle in .tilelang/ (tilelang_bundle.sh): both
-# git-ignored, so carried beside the tree.
+# git-ignored: copy them beside the tree.
 # TileLang's kernels for the holdout are compiled into TileLang's disk cache by
 # scripts/tilelang_warm.py, started at once at the lowest CPU priority so that it overlaps the
 # measure step (which compiles in parallel at normal priority; its times are device times, the

@@ -44,13 +44,26 @@ PATTERNS: list[tuple[re.Pattern[str], str, tuple[str, ...]]] = [
      "files and labels outside the repository (cite the public document)", ("shared", "seed ")),
     (re.compile(r"\btoday\b", NOCASE), "dating the work ('today's kernels')", ("today",)),
 ]
+# How the code came to be, told against a commit ("before commit 371d19c", "as before 371d19c",
+# "since 175810b ..."): git holds that history. Searched in the product's code, specs, templates,
+# scripts, docs and README only: benchmarks/README.md and the benchmark tables tie each figure to the
+# commit it was measured at, which is provenance of a measurement, not history.
+HISTORY = [
+    (re.compile(r"\b(?:before|since|until|prior to)\s+(?:the\s+)?(?:commit\s+)?"
+                r"(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b", NOCASE),
+     "history told against a commit ('before commit 371d19c')", ("before", "since", "until", "prior")),
+    (re.compile(r"\bthe seed(?:'s)?\b(?! (?:of|for|argument|value|draws?)\b)", NOCASE),
+     "documents outside the repository ('the seed's ...': name the public MindSpeed-Ops port)", ("seed",)),
+]
+HISTORY_SCOPE = re.compile(r"^(?:opgen/|specs/|templates/|scripts/|docs/|README\.md$)")
+
 # Dates in prose date the work; in Python files they are record data of the tests and of the
 # generated tables' row comments, so this one pattern skips *.py.
 DATE = (re.compile(r"\b20\d\d-\d\d-\d\d\b"), "dates in prose", ("20",))
 
 # Data, not prose: tuning records, benchmark logs and sweeps (raw tool output), JSON. This file
 # itself names the patterns.
-SKIP = re.compile(r"^(records/.*\.jsonl|benchmarks/logs/.*|benchmarks/sweeps/.*|.*\.json|"
+SKIP = re.compile(r"^(records/.*\.jsonl|benchmarks/runs/.*|benchmarks/sweeps/.*|.*\.json|"
                   r"tests/test_product_text\.py)$")
 
 # (path, pattern on the hit's line, why it is legitimate).
@@ -100,7 +113,10 @@ def _hits() -> tuple[list[str], set[int]]:
         text = _text(path)
         if text is None:
             continue
-        for m, what in _matches(text, PATTERNS if path.endswith(".py") else [*PATTERNS, DATE]):
+        patterns = PATTERNS if path.endswith(".py") else [*PATTERNS, DATE]
+        if HISTORY_SCOPE.match(path):
+            patterns = [*patterns, *HISTORY]
+        for m, what in _matches(text, patterns):
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.end())
             line = text[start:end if end >= 0 else len(text)]
@@ -139,6 +155,31 @@ def test_patterns_catch_their_examples(line):
 ])
 def test_patterns_leave_product_words(line):
     assert not any(_matches(line)), line
+
+
+@pytest.mark.parametrize("line", [
+    "Read-flush timing (since commit 371d19c)", "the flush zero-fills, as before 371d19c",
+    "since 175810b earlier winners are found", "before 59f7756 made stage0's products broadcast",
+    "until the commit 4be6858", "the seed's dual benchmark",
+])
+def test_history_patterns_catch_their_examples(line):
+    assert any(_matches(line, HISTORY)), line
+
+
+@pytest.mark.parametrize("line", [
+    "measured at 947cd28", "the table of 635d56f", "at commit 0e96d98", "since the hold covers it",
+    "before deadbeef", "sampling: seed 3", "the seed of the draw", "One seed's search",
+    "before 1000000 calls",
+])
+def test_history_patterns_leave_provenance_and_product_words(line):
+    assert not any(_matches(line, HISTORY)), line
+
+
+def test_history_is_searched_in_the_product_only():
+    assert all(HISTORY_SCOPE.match(p) for p in ("opgen/cli.py", "specs/x.yaml", "templates/a/b.j2",
+                                                 "scripts/gpu_tune.sh", "docs/OPERATOR.md", "README.md"))
+    assert not any(HISTORY_SCOPE.match(p) for p in ("benchmarks/README.md", "benchmarks/h200_x.txt",
+                                                     "tests/test_x.py", "records/h200/x.jsonl"))
 
 
 def test_dates_are_caught_outside_python():

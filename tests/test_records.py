@@ -578,7 +578,7 @@ def test_flush_is_kept_and_lines_from_before_it_read_as_a_writing_flush(tmp_path
     rec = _winner(gla)
     assert rec.flush == "read" and json.loads(rec.line())["flush"] == "read"
     old = json.loads(rec.line())
-    del old["flush"]  # a line written before the field existed
+    del old["flush"]  # a line without the field
     assert records.WinnerRecord.from_json(old).flush == "write"
     with pytest.raises(RecordError, match=r"flush: expected one of \['read', 'write'\]"):
         records.WinnerRecord.from_json({**old, "flush": "none"})

@@ -62,7 +62,7 @@ def test_speed_and_error_figures_are_those_of_the_bench_json(pages, op):
                 f"{sum(s >= 1.2 for s in speed)}/{len(speed)} |") in page
         assert f"ours no worse on {no_worse}/{len(results)} cases" in page
         assert f"generated code {generated} (`generated/{op}/` of commit {run['commit']})" in page
-        assert f"Reproduce: `{' '.join(run['command'].split())}`" in page
+        assert f"Reproduce (on a checkout of commit {run['commit']}): `{' '.join(run['command'].split())}`" in page
     if op == "chunk_gla_fwd_o_gk":  # the committed table's own summary line, for the bench_fla run
         text = (ROOT / "benchmarks" / "h200_chunk_gla_fwd_o_gk_vs_fla.txt").read_text()
         found = re.search(r"geomean speedup ([\d.]+x), min ([\d.]+x) \((\S+)\), >=1\.2x on (\d+/\d+)", text)
@@ -140,7 +140,7 @@ def test_bench_runs_refuse_an_index_that_does_not_match_its_json(tmp_path):
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     logs = tmp_path / "benchmarks" / "logs"
     logs.mkdir(parents=True)
-    shard = json.loads((ROOT / "benchmarks" / "logs" / "h200_mamba3_vs_tilelang_official_1824579.json").read_text())
+    shard = json.loads((ROOT / "benchmarks" / "runs" / "h200_mamba3_vs_tilelang_official_d3667de.json").read_text())
     (logs / "run.json").write_text(json.dumps(dict(shard, baseline="other")))
     index = {"h200": {spec.op: {"bench": [{"baseline": "tilelang", "cases": "official", "json": ["logs/run.json"]}]}}}
     (tmp_path / "benchmarks" / "runs.yaml").write_text(yaml.safe_dump(index))
@@ -171,7 +171,7 @@ def test_bench_runs_join_the_cases_an_entrys_where_keeps(tmp_path):
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     logs = tmp_path / "benchmarks" / "logs"
     logs.mkdir(parents=True)
-    shard = json.loads((ROOT / "benchmarks" / "logs" / "h200_mamba3_vs_tilelang_official_1824579.json").read_text())
+    shard = json.loads((ROOT / "benchmarks" / "runs" / "h200_mamba3_vs_tilelang_official_d3667de.json").read_text())
     kept = [r for r, row in zip(shard["results"], spec.expand_cases("official")) if row["R"] == 4]
     assert 0 < len(kept) < len(shard["results"])
     (logs / "run.json").write_text(json.dumps(dict(shard, results=kept, where="R == 4")))

@@ -231,9 +231,9 @@ def test_spill_free_settings_are_checked_first(argv, match, capsys):
     assert match in capsys.readouterr().err
 
 
-# Points whose shared memory the budget formula underestimated before it was fitted to Triton 3.6's
-# sm_90a figures (issue 41, item 2): the widest gaps of `opgen resources chunk_gla_fwd_o_gk --chip
-# h200 --check-budget --sample 8 --seed 0` (127 of 577 points under) on the earlier formula, one
+# Points whose shared memory a budget formula not fitted to Triton 3.6's sm_90a figures
+# underestimates most: the widest gaps `opgen resources chunk_gla_fwd_o_gk --chip h200
+# --check-budget --sample 8 --seed 0` finds under such a formula (127 of 577 points under), one
 # per loop form: the V loop pipelined (split and fp32 tf32), a whole task in a pipelined chunk or
 # task loop, the two K tiles of vloop2 under tf32x3, descriptor tiles in a pipelined task loop.
 # (variant, config, case, compiled bytes when fitted)
@@ -262,7 +262,7 @@ GLA_HARD = [
      {"B": 4, "H": 16, "K": 128, "T": 2048, "V": 128, "chunk_size": 64, "dtype": "float16"}, 24576),
 ]
 
-# The same for mamba3_mimo_bwd_fwd (issue 41): the points its earlier formula underestimated in
+# The same for mamba3_mimo_bwd_fwd: the points a formula not fitted to the compiler underestimates in
 # `opgen resources mamba3_mimo_bwd_fwd --chip h200 --check-budget --sample 3 --seed 0` per variant
 # family, one per kernel family: splitscan's scan kernel (the associative scan's cross-warp
 # scratch, a table choice), fold's pipelined chunk loop (q, k, their partners and fp32 biases),

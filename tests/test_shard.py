@@ -180,7 +180,7 @@ def _shard_json(results: list[dict], generated: str | None = None, device: str =
 
 
 def test_bench_table_reports_the_writing_flush_beside_the_reading_one():
-    """Cases measured under both flushes get a summary line of the old (writing) protocol too."""
+    """Cases measured under both flushes get a summary line of the write-flush protocol too."""
     from opgen.compare import CaseResult, table
 
     both = CaseResult("B1-a", 1.0, 2.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0, 1.25, 2.0)

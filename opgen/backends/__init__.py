@@ -55,8 +55,8 @@ class EventBackend:
     The flush reads, it does not write: a write pass leaves the cache full of dirty lines whose
     write-back the timed call then pays (on an H200 a copy of a bench case's bytes ran at 0.91 of
     the memory floor after a zero-fill, 0.97 after a read, geomean of 10 cases;
-    ``scripts/copy_floor.py``, ``benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt``).
-    With ``dirty=True`` the flush and the hold write instead (write-flush timing). ``hold`` passes
+    ``scripts/copy_floor.py``; the log ``benchmarks/logs/h200_gla_copy_floor_bench_fla_635d56f.txt``
+    at c323277). With ``dirty=True`` the flush and the hold write instead (write-flush timing). ``hold`` passes
     over the buffer ``HOLD_PASSES`` times (about 0.2 ms on an H200, more on slower memory), or as
     many more as cover ``cover_s``: an op that launches several kernels can take longer than that
     to launch them (a mamba3_mimo_bwd_fwd call took 0.39 ms of host time on an H100), and a timer
