@@ -3,8 +3,9 @@
 # the GPUs of one host. Before the timed run, WARM_PROCS processes (one share of the cases each,
 # one call a case) compile both contenders' kernels into the disk caches (FLA's autotuning configs
 # too; stage0's kernels take up to a minute each), and for a TileLang baseline
-# scripts/tilelang_warm.py compiles TileLang's kernels in parallel (.tilelang/ bundle:
-# tilelang_bundle.sh), so the timed run's first calls load what they need.
+# scripts/tilelang_warm.py compiles TileLang's kernels of mamba3_mimo_bwd_fwd in parallel (.tilelang/
+# bundle: tilelang_bundle.sh; other ops' TileLang kernels compile in the WARM_PROCS processes), so
+# the timed run's first calls load what they need.
 # Usage: bash scripts/gpu_bench.sh OUT_DIR OP BASELINE[,BASELINE...] CASE_SET...
 # Env: DEVICES (cuda:0; several share the cases), WARM_PROCS (0), TILELANG_PROCS (0: one a configuration),
 #   TILELANG_CACHE_DIR (/tmp/tilelang-cache), WHERE (an `opgen bench --where` formula), ROUNDS (2),
@@ -25,6 +26,8 @@ args=(${BENCH_ARGS:-})
 if [[ ,$baselines, == *,tilelang* ]]; then
     source .tilelang/activate.sh || exit 1
     export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang-cache}
+fi
+if [[ ,$baselines, == *,tilelang* && $op == mamba3_mimo_bwd_fwd ]]; then  # tilelang_warm.py builds that stage's kernels
     static=""
     [[ ,$baselines, == *,tilelang_static,* ]] && static=--static
     [[ -n $static && ,$baselines, != *,tilelang,* ]] && static=--static-only
