@@ -157,7 +157,7 @@ def cmd_records(args: argparse.Namespace) -> int:
     print(report(spec, chip, path, hashes))
     if not path.exists():
         return 0
-    from .fill_rank import fill_gate, gate_report
+    from .fill_score import fill_gate, gate_report
     from .table import frozen_rows
 
     table = frozen_rows(spec, chip, path, hashes)

@@ -5,7 +5,7 @@ the tuned point measured fastest there or from another tuned or measured bucket,
 default; the on-chip estimate against the chip's budget and the compiler's figure where a record
 holds one. From the spec and the records alone, no device (``--compile`` adds the compiler's
 figures at the call's shape, ``opgen.resources.compiled_call``).
-Uses ``case_checks``, ``errors``, ``fill_rank``, ``hardware``, ``kernels``, ``keys``, ``records``,
+Uses ``case_checks``, ``errors``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
 ``space``, ``spec``, ``spec_values``, ``table``.
 """
 from __future__ import annotations
@@ -166,8 +166,8 @@ def _frozen_row(root: Path, spec: OpSpec, chip: ChipProfile, table: FrozenTable,
 
 def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]) -> dict[str, Any]:
     """The fill rule of the spec and its loss stated from the records: each measured bucket
-    filled from the others (:func:`opgen.fill_rank.leave_one_out`)."""
-    from .fill_rank import summarize, leave_one_out
+    filled from the others (:func:`opgen.fill_score.leave_one_out`)."""
+    from .fill_score import leave_one_out, summarize
 
     rule = spec.dispatch.fill_rule
     path = record_path(root, chip.name, spec.op)
