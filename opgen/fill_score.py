@@ -13,8 +13,9 @@ dropping its candidate (``clamp``) picked 3 narrowed points, none of them timed 
 
 :func:`fill_gate` scores the spec's own ``dispatch.fill_rule`` and names the buckets it loses
 (``opgen records`` prints it, :mod:`opgen.freeze` writes its line into the table). No device, no
-clock. Uses ``fill_evidence``, ``fill_rank``, ``hardware``, ``kernels``, ``keys``, ``records``,
-``space``, ``spec``, ``table``.
+clock.
+Uses ``fill_evidence``, ``fill_rank``, ``hardware``, ``kernels``, ``keys``, ``records``, ``space``,
+``spec``, ``table``.
 """
 from __future__ import annotations
 
