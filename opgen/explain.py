@@ -5,7 +5,7 @@ the tuned point measured fastest there or from another tuned or measured bucket,
 default; the on-chip estimate against the chip's budget and the compiler's figure where a record
 holds one. From the spec and the records alone, no device (``--compile`` adds the compiler's
 figures at the call's shape, ``opgen.resources.compiled_call``).
-Uses ``case_checks``, ``errors``, ``fill_rank``, ``hardware``, ``kernels``, ``keys``, ``records``,
+Uses ``case_checks``, ``errors``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
 ``space``, ``spec``, ``spec_values``, ``table``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from .case_checks import failing_check
 from .errors import UsageError
-from .fill_rank import leave_one_out, summarize
+from .fill_score import leave_one_out, summarize
 from .hardware import ChipProfile
 from .kernels import kernel_hashes
 from .keys import key_of, key_text
@@ -23,7 +23,7 @@ from .records import read_paths, record_path
 from .space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
 from .spec import DTYPES, OpSpec
 from .spec_values import value_kinds
-from .table import FrozenTable, default_source, frozen_rows
+from .table import FrozenTable, Row, default_source, frozen_rows
 
 
 def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[str, Any]:
@@ -94,53 +94,10 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
     found = next((r for r in table.rows if r.key == key), None)
     out |= {"key": list(key), "bucket": key_text(spec, key)}
     if found is None:
-        point = default_point(spec, chip, params)
-        variant, config = point.variant, dict(point.config)
-        ranked = spec.dispatch.fill_rule == "ranked"
-        near = None if key in table.kept or ranked else default_source(spec, chip, table, key)
-        if key in table.kept:
-            why = "the spec's default, measured faster here than every tuned point"
-        elif ranked:
-            why = ("the spec's default: the ranked fill found it nearest the fastest on the buckets around, "
-                   "or no tuned point timed in this bucket's own dtype and flags may serve it")
-            out["rule"] = _rule(root, spec, chip, hashes)
-        elif near is None:
-            why = "no tuned row in the table: the spec's default choice"
-        else:
-            out["default_from"] = key_text(spec, near)
-            why = f"the spec's default, measured fastest on the nearest measured bucket, {out['default_from']}"
-        out |= {"row": "default", "why": why}
+        variant, config, said = _default_row(root, spec, chip, table, key, params, hashes)
     else:
-        # the tunables its variant fixes are taken at the call, as the generated API takes them
-        variant = found.variant
-        config = {**found.point, **fixed_values(spec, find_variant(spec, variant), params)}
-        w = found.winner
-        out |= {"row": "tuned" if found.source is None else "filled",
-                "winner": {"bucket": key_text(spec, w.key), "chip": w.chip, "median_ms": w.median_ms, "date": w.date,
-                           "study": w.study, "flush": w.flush,
-                           "compiler": None if w.budget is None else {
-                               "kind": w.budget.kind, "reported": w.budget.reported,
-                               "regs": w.budget.regs, "spills": w.budget.spills}}}
-        if found.source is not None:
-            out["filled_from"] = key_text(spec, found.source)
-            out["filled_by"] = "measured" if found.measured is not None else "ranked" if found.ranked else (
-                "nearest measured" if any(r.key == found.source and r.measured is not None for r in table.rows)
-                else "nearest")
-            if found.ranked is not None:
-                c = found.ranked
-                near = min(c.evidence, key=lambda e: e[1])
-                out["ranked"] = {"buckets": len(c.evidence), "predicted": 1 / c.predicted,
-                                 "nearest": key_text(spec, near[0]), "nearest_ratio": 1 / near[2]}
-            if found.measured is None:
-                out["rule"] = _rule(root, spec, chip, hashes)
-            if found.measured is not None:
-                out["measured"] = {"ms": found.measured.ms, "run": found.measured.run, "chip": found.measured.chip}
-            narrowed = {n: [w.point[n], v] for n, v in found.point.items() if w.point.get(n) != v}
-            if narrowed:
-                out["clamped"] = narrowed  # tiles lowered to the bucket's largest call
-        check = next((c for c in table.checks.current if c.key == key), None)
-        if check is not None:
-            out["cross_check"] = {"loss": check.loss, "margin": check.margin}
+        variant, config, said = _frozen_row(root, spec, chip, table, found, params, hashes)
+    out |= said
     out |= {"variant": variant, "config": config}
     parts = budget_parts(spec, find_variant(spec, variant), config, params, chip)
     if parts is not None:
@@ -149,9 +106,68 @@ def explain(root: Path, spec: OpSpec, chip: ChipProfile, row: Mapping[str, Any],
     return out
 
 
+def _default_row(root: Path, spec: OpSpec, chip: ChipProfile, table: FrozenTable, key: tuple,
+                 params: Mapping[str, Any], hashes: Mapping[str, str]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The variant and config of a bucket the table has no row for, and why the default runs."""
+    point = default_point(spec, chip, params)
+    out: dict[str, Any] = {}
+    ranked = spec.dispatch.fill_rule == "ranked"
+    near = None if key in table.kept or ranked else default_source(spec, chip, table, key)
+    if key in table.kept:
+        why = "the spec's default, measured faster here than every tuned point"
+    elif ranked:
+        why = ("the spec's default: the ranked fill found it nearest the fastest on the buckets around, "
+               "or no tuned point timed in this bucket's own dtype and flags may serve it")
+        out["rule"] = _rule(root, spec, chip, hashes)
+    elif near is None:
+        why = "no tuned row in the table: the spec's default choice"
+    else:
+        out["default_from"] = key_text(spec, near)
+        why = f"the spec's default, measured fastest on the nearest measured bucket, {out['default_from']}"
+    return point.variant, dict(point.config), {**out, "row": "default", "why": why}
+
+
+def _frozen_row(root: Path, spec: OpSpec, chip: ChipProfile, table: FrozenTable, found: Row,
+                params: Mapping[str, Any], hashes: Mapping[str, str]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The variant and config of the table's row for the call, its winner, and where a filled row
+    came from."""
+    # the tunables its variant fixes are taken at the call, as the generated API takes them
+    variant = found.variant
+    config = {**found.point, **fixed_values(spec, find_variant(spec, variant), params)}
+    w = found.winner
+    out: dict[str, Any] = {
+        "row": "tuned" if found.source is None else "filled",
+        "winner": {"bucket": key_text(spec, w.key), "chip": w.chip, "median_ms": w.median_ms, "date": w.date,
+                   "study": w.study, "flush": w.flush,
+                   "compiler": None if w.budget is None else {
+                       "kind": w.budget.kind, "reported": w.budget.reported,
+                       "regs": w.budget.regs, "spills": w.budget.spills}}}
+    if found.source is not None:
+        out["filled_from"] = key_text(spec, found.source)
+        out["filled_by"] = "measured" if found.measured is not None else "ranked" if found.ranked else (
+            "nearest measured" if any(r.key == found.source and r.measured is not None for r in table.rows)
+            else "nearest")
+        if found.ranked is not None:
+            c = found.ranked
+            near = min(c.evidence, key=lambda e: e[1])
+            out["ranked"] = {"buckets": len(c.evidence), "predicted": 1 / c.predicted,
+                             "nearest": key_text(spec, near[0]), "nearest_ratio": 1 / near[2]}
+        if found.measured is None:
+            out["rule"] = _rule(root, spec, chip, hashes)
+        if found.measured is not None:
+            out["measured"] = {"ms": found.measured.ms, "run": found.measured.run, "chip": found.measured.chip}
+        narrowed = {n: [w.point[n], v] for n, v in found.point.items() if w.point.get(n) != v}
+        if narrowed:
+            out["clamped"] = narrowed  # tiles lowered to the bucket's largest call
+    check = next((c for c in table.checks.current if c.key == found.key), None)
+    if check is not None:
+        out["cross_check"] = {"loss": check.loss, "margin": check.margin}
+    return variant, config, out
+
+
 def _rule(root: Path, spec: OpSpec, chip: ChipProfile, hashes: Mapping[str, str]) -> dict[str, Any]:
     """The fill rule of the spec and its loss stated from the records: each measured bucket
-    filled from the others (:func:`opgen.fill_rank.leave_one_out`)."""
+    filled from the others (:func:`opgen.fill_score.leave_one_out`)."""
     rule = spec.dispatch.fill_rule
     path = record_path(root, chip.name, spec.op)
     stamp = tuple(p.stat().st_mtime_ns for p, _ in read_paths(path, chip) if p.exists())

@@ -1,8 +1,9 @@
 """``opgen build``: render every op's kernels, frozen tables and public API into ``generated/``.
 
 The output is a pure function of the specs, the templates and the tuning records, byte for byte;
-``check`` compares what would be written with what is on disk. Uses ``spec``, ``space``,
-``render``, ``records``, ``hardware``, ``expr``, ``errors``.
+``check`` compares what would be written with what is on disk.
+Uses ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
+``render``, ``space``, ``spec``, ``table``, ``table_layout``.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .keys import bucket_index
 from .hardware import PROFILES, ChipProfile, rendering_of
 from .render import content_hash, file_hash, header, render
 from .space import budget_formula, variants_for
-from .fill_rank import fill_gate
+from .fill_score import fill_gate
 from .table import frozen_rows
 from .table_layout import WIDTH, layout, wrap_comment
 from .spec import KeyField, OpSpec, load_specs

@@ -40,26 +40,7 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
     latest = latest_winners(found.records)
     checks = cross_checked(spec, chip, found.records, fresh, kernel_hashes)
     loss = {c.key: c.loss for c in checks.current}
-    trials: dict[tuple, Counter] = {}
-    faster: dict[tuple, WinnerRecord] = {}  # per key, the fastest earlier winner, current kernels
-    beside: dict[tuple, CheckRecord] = {}  # per key, the check whose other point beat the winner most
-    other = 0
-    for rec in found.records:
-        if isinstance(rec, CheckRecord) and _checks_frozen(rec, fresh, kernel_hashes) and rec.loss < 0:
-            if rec.key not in beside or rec.loss < beside[rec.key].loss:
-                beside[rec.key] = rec
-        if (isinstance(rec, WinnerRecord) and rec.key in fresh and kernel_hashes.get(rec.variant) == rec.kernel_hash
-                and (rec.variant, rec.point) != (fresh[rec.key].variant, fresh[rec.key].point)
-                and rec.flush == fresh[rec.key].flush):  # times of two flushes do not compare
-            best = faster.get(rec.key)
-            if best is None or rec.median_ms < best.median_ms:
-                faster[rec.key] = rec
-        if not isinstance(rec, TrialRecord):
-            continue
-        if kernel_hashes.get(rec.variant) == rec.kernel_hash:
-            trials.setdefault(rec.key, Counter())[rec.status] += 1
-        else:
-            other += 1
+    trials, faster, beside, other = _tally(found.records, fresh, kernel_hashes)
     torn = f", {found.torn} torn line skipped" if found.torn else ""
     lines = [f"{spec.op} on {chip.name}: {len(found.records)} records in {path}{torn}",
              f"per key (the values it stands for): {'winner':<26} {'median ms':>9} {'margin':>7} "
@@ -104,6 +85,34 @@ def report(spec: OpSpec, chip: ChipProfile, path: Path, kernel_hashes: Mapping[s
         lines.extend(f"{what} {key!r}: measured for {old!r}" for key, old, what in table.moved)
     lines.extend(_measured_fills(spec, chip, found.records, fresh, kernel_hashes, pending))
     return "\n".join(lines)
+
+
+def _tally(records: tuple[Record, ...], fresh: Mapping[tuple, WinnerRecord], kernel_hashes: Mapping[str, str]
+           ) -> tuple[dict[tuple, Counter], dict[tuple, WinnerRecord], dict[tuple, CheckRecord], int]:
+    """Per key, the trial statuses on the current kernels, the fastest earlier winner on them and
+    the cross-check whose other point beat the frozen winner most; and how many trials measured a
+    kernel since changed."""
+    trials: dict[tuple, Counter] = {}
+    faster: dict[tuple, WinnerRecord] = {}  # per key, the fastest earlier winner, current kernels
+    beside: dict[tuple, CheckRecord] = {}  # per key, the check whose other point beat the winner most
+    other = 0
+    for rec in records:
+        if isinstance(rec, CheckRecord) and _checks_frozen(rec, fresh, kernel_hashes) and rec.loss < 0:
+            if rec.key not in beside or rec.loss < beside[rec.key].loss:
+                beside[rec.key] = rec
+        if (isinstance(rec, WinnerRecord) and rec.key in fresh and kernel_hashes.get(rec.variant) == rec.kernel_hash
+                and (rec.variant, rec.point) != (fresh[rec.key].variant, fresh[rec.key].point)
+                and rec.flush == fresh[rec.key].flush):  # times of two flushes do not compare
+            best = faster.get(rec.key)
+            if best is None or rec.median_ms < best.median_ms:
+                faster[rec.key] = rec
+        if not isinstance(rec, TrialRecord):
+            continue
+        if kernel_hashes.get(rec.variant) == rec.kernel_hash:
+            trials.setdefault(rec.key, Counter())[rec.status] += 1
+        else:
+            other += 1
+    return trials, faster, beside, other
 
 
 def _measured_fills(spec: OpSpec, chip: ChipProfile, records: tuple[Record, ...],

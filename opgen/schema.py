@@ -1,7 +1,7 @@
 """The JSON Schema of the spec format (``opgen schema``), from the pydantic models of
-``opgen.spec``: editors validate ``specs/*.yaml`` against it (each spec names it in a
+``opgen.spec_model``: editors validate ``specs/*.yaml`` against it (each spec names it in a
 ``yaml-language-server`` modeline), and the tests check every spec of the repository with it.
-Uses ``spec``.
+Uses ``spec_model``.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic.json_schema import PydanticJsonSchemaWarning
 
-from .spec import OpSpec
+from .spec_model import OpSpec
 
 SCHEMA_FILE = "specs/spec.schema.json"
 """Where the repository keeps the schema, beside the specs that name it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -94,6 +95,28 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         value = _value_of(trial.user_attrs)  # measured and recorded, the run ended before its tell
         study.tell(trial.number, value, state=None if value is not None else TrialState.FAIL)
+    seen, measured, retry = _resumed(study, names, fixed, feasible, settings, recorded)
+    _enqueue(study, points_, enqueue, settings, searched, feasible, seen, retry)
+    distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
+    grid = math.prod(len(v) for v in searched.values())
+    heart = Heartbeat(study._storage, beats) if beats is not None else None
+    try:
+        _loop(study, settings, deadline, measure, on_trial, names, fixed, feasible, distributions,
+              grid, seen, measured, heart)
+    finally:
+        if heart is not None:
+            heart.close()
+    return measured
+
+
+def _resumed(study: Any, names: list[str], fixed: dict[str, Any], feasible: dict[tuple, Point],
+             settings: Settings, recorded: Callable[[int], list[Result]] | None
+             ) -> tuple[dict[tuple, float | None], list[Measured], dict[tuple, None]]:
+    """What the study's finished trials hold: the value of each point measured, the measured
+    feasible points, and the points to measure again (in trial order): those that timed out under
+    a shorter ``point_timeout`` or whose worker was killed."""
+    from optuna.trial import TrialState
+
     seen: dict[tuple, float | None] = {}
     measured: list[Measured] = []
     retry: dict[tuple, None] = {}  # in trial order
@@ -114,10 +137,16 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
             seen[values] = _value_of(attrs)  # a measured trial its heartbeat failed too
             if values in feasible:  # a point the spec no longer allows stays out of the results
                 measured.append(_measured_from_attrs(feasible[values], attrs))
+    return seen, measured, retry
+
+
+def _enqueue(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], settings: Settings,
+             searched: dict[str, list[Any]], feasible: dict[tuple, Point], seen: dict[tuple, float | None],
+             retry: dict[tuple, None]) -> None:
+    """Queue the retries, then ``enqueue``, then (in a small space) every point in seeded order,
+    each feasible point not measured yet once."""
     queue = [feasible[v] for v in retry if v in feasible] + list(enqueue)
     if len(points_) <= settings.exhaustive_below:
-        import random
-
         rest = list(points_)
         random.Random(settings.seed).shuffle(rest)
         queue += rest
@@ -125,16 +154,6 @@ def search(study: Any, points_: tuple[Point, ...], enqueue: Iterable[Point], set
         if point.values in feasible and point.values not in seen:
             study.enqueue_trial({n: point.config[n] for n in searched},
                                 skip_if_exists=point.values not in retry)
-    distributions = {n: CategoricalDistribution(v) for n, v in searched.items()}
-    grid = math.prod(len(v) for v in searched.values())
-    heart = Heartbeat(study._storage, beats) if beats is not None else None
-    try:
-        _loop(study, settings, deadline, measure, on_trial, names, fixed, feasible, distributions,
-              grid, seen, measured, heart)
-    finally:
-        if heart is not None:
-            heart.close()
-    return measured
 
 
 def _fail_stale(study: Any, beats: int) -> None:

@@ -312,13 +312,36 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
     """
     names = spec.tunables_for(profile.backend)
     fixed = fixed_values(spec, variant, params)
-    domain_backend = profile.rendering
-    domains = [spec.tunables[n].domain[domain_backend] for n in names]
+    domains = [spec.tunables[n].domain[profile.rendering] for n in names]
     choices = [[fixed[n]] if n in fixed else list(dict.fromkeys(domain)) for n, domain in zip(names, domains)]
     total = math.prod(len(d) for d in domains)
     dup = total - math.prod(len(c) for c in choices)
     reasons: dict[str, int] = {}
     env_base = {**params, **variant.flags}
+    combos, constrained = _passing(spec, names, choices, env_base, reasons)
+    formula = budget_formula(spec, profile)
+    parts: list[tuple[str, _Memo]] = []
+    if formula is not None:
+        kind, formulas = formula
+        limit = profile.budget(kind)
+        parts = [(part, _Memo(expr, env_base, names)) for part, expr in formulas.items()]
+    kept: list[Point] = []
+    for combo in combos:
+        point = tuple(map(list.__getitem__, choices, combo))
+        over_parts = [part for part, f in parts if _bytes(spec, profile, kind, part, f(point)) > limit]
+        if over_parts:
+            key = f"{kind}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
+            reasons[key] = reasons.get(key, 0) + 1
+            continue
+        kept.append(Point(variant.name, tuple(zip(names, point))))
+    over = len(combos) - len(kept)
+    return tuple(kept), SpaceCount(variant.name, total, dup, constrained, over, len(kept), tuple(sorted(reasons.items())))
+
+
+def _passing(spec: OpSpec, names: tuple[str, ...], choices: list[list[Any]], env_base: dict[str, Any],
+             reasons: dict[str, int]) -> tuple[list[tuple[int, ...]], int]:
+    """The combinations that pass the constraints (indices into ``choices``, in the whole product's
+    order) and how many fail, each counted in ``reasons`` under the first constraint it fails."""
     constraints = [(c.source, _Memo(c, env_base, names)) for c in spec.constraints]
     # Which constraint a combination fails first depends only on the tunables the constraints
     # read: decide that on their product, each outcome standing for every value of the others.
@@ -337,32 +360,12 @@ def points(spec: OpSpec, variant: Variant, profile: ChipProfile,
         else:
             constrained += each
             reasons[failed] = reasons.get(failed, 0) + each
-    # the combinations that pass (as indices into choices), in the order of the whole product
     order = read + rest
     inv = [order.index(i) for i in range(len(names))]
     unorder = operator.itemgetter(*inv) if len(inv) > 1 else (lambda full: tuple(full[j] for j in inv))
     others = list(itertools.product(*(range(len(choices[i])) for i in rest)))
     combos = sorted(unorder(picks + more) for picks in passed for more in others)
-    formula = budget_formula(spec, profile)
-    parts: list[tuple[str, _Memo]] = []
-    if formula is not None:
-        kind, formulas = formula
-        limit = profile.budget(kind)
-        parts = [(part, _Memo(expr, env_base, names)) for part, expr in formulas.items()]
-    kept: list[Point] = []
-    over = 0
-    for combo in combos:
-        point = tuple(map(list.__getitem__, choices, combo))
-        over_parts = [part for part, f in parts if _bytes(spec, profile, kind, part, f(point)) > limit]
-        if over_parts:
-            over += 1
-            key = f"{kind}{'(' + ','.join(over_parts) + ')' if over_parts != [''] else ''} > {limit}"
-            reasons[key] = reasons.get(key, 0) + 1
-            continue
-        kept.append(Point(variant.name, tuple(zip(names, point))))
-    count = SpaceCount(variant.name, total, dup, constrained, over, len(kept),
-                       tuple(sorted(reasons.items())))
-    return tuple(kept), count
+    return combos, constrained
 
 
 class _Memo:

@@ -226,18 +226,18 @@ def test_a_case_file_that_clashes_or_is_no_mapping_is_refused(tmp_path):
 
 
 def test_bench_set_forces_a_value_in_every_case_and_runs_repeats_once(gla):
-    from opgen.cli import _with_values
+    from opgen.cli_bench import with_values
 
     rows = gla.expand_cases("users_holdout")
-    forced = _with_values(gla, rows, ["use_exp2=true"])
+    forced = with_values(gla, rows, ["use_exp2=true"])
     assert forced and all(r["use_exp2"] is True for r in forced)  # FLA computes exp2 only
     assert len(forced) == len({tuple(sorted({**r, "use_exp2": True}.items())) for r in rows})
     assert [{k: v for k, v in r.items() if k != "use_exp2"} for r in forced] == \
         [{k: v for k, v in r.items() if k != "use_exp2"} for r in rows][:len(forced)]  # in case order
-    twice = _with_values(gla, rows + rows, ["use_exp2=true"])
+    twice = with_values(gla, rows + rows, ["use_exp2=true"])
     assert twice == forced
     with pytest.raises(UsageError, match="expected NAME=VALUE"):
-        _with_values(gla, rows, ["exp2=true"])
+        with_values(gla, rows, ["exp2=true"])
 
 
 def test_opgen_cases_checks_writes_and_refuses_an_op_without_sampling(tmp_path, capsys):

@@ -1,7 +1,8 @@
-"""The fill rule ranked on the measured buckets' evidence (``opgen.fill_rank``), on small record
-sets built here: it takes the candidate the nearby buckets' times favour over the nearest winner,
-never a tile wider than the target's dims (unless narrowed), never a point timed in another dtype
-alone; and its leave-one-out figures are the ones the synthetic times imply, worked out here apart."""
+"""The fill rule ranked on the measured buckets' evidence (``opgen.fill_rank``, the evidence from
+``opgen.fill_evidence``), on small record sets built here: it takes the candidate the nearby
+buckets' times favour over the nearest winner, never a tile wider than the target's dims (unless
+narrowed), never a point timed in another dtype alone; and its leave-one-out figures
+(``opgen.fill_score``) are the ones the synthetic times imply, worked out here apart."""
 import math
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from opgen import fill_rank as fr
+from opgen import fill_score as fs
 from opgen import keys, records
 from opgen import table as tables
 from opgen import fill_nearest
@@ -144,7 +146,7 @@ def _loo_records(tmp_path, gla):
 
 def test_the_leave_one_out_figures_are_what_the_times_imply(tmp_path, gla, hashes):
     path, shares, a = _loo_records(tmp_path, gla)
-    rows = fr.leave_one_out(gla, CHIP, path, hashes, rule="rank")
+    rows = fs.leave_one_out(gla, CHIP, path, hashes, rule="rank")
     expected = {}
     for target in shares:
         if target == a.key:  # its own winner is no candidate there: b, from the trials
@@ -156,14 +158,14 @@ def test_the_leave_one_out_figures_are_what_the_times_imply(tmp_path, gla, hashe
     assert {r.key: r.ratio for r in rows} == pytest.approx(expected)
     assert {r.key: r.kind for r in rows} == {k: "tuned" if k == a.key else "measured" for k in shares}
     ratios = [v for k, v in expected.items() if k != a.key]
-    summary = fr.summarize(r for r in rows if r.kind == "measured")
+    summary = fs.summarize(r for r in rows if r.kind == "measured")
     assert summary.geomean == pytest.approx(math.exp(sum(map(math.log, ratios)) / len(ratios)))
     assert (summary.least, summary.scored, summary.over, summary.unscored) == \
         (pytest.approx(min(ratios)), 4, sum(r < 1 / 1.1 for r in ratios), 0)
     assert 0 < summary.over < 4  # the times above make the rule lose a bucket and win others
-    text = fr.loo_report(gla, {"rank": rows})
+    text = fs.loo_report(gla, {"rank": rows})
     assert f"rank     measured {summary.line()}" in text and str(a.key) in text
-    nearest = fr.leave_one_out(gla, CHIP, path, hashes, rule="nearest")
+    nearest = fs.leave_one_out(gla, CHIP, path, hashes, rule="nearest")
     assert {r.key for r in nearest} == set(shares)
 
 
@@ -196,20 +198,20 @@ def test_evidence_reaches_no_farther_than_the_specs_fill_distance(gla, hashes):
 def test_the_gate_flags_each_bucket_the_rule_loses_with_the_buckets_to_measure(tmp_path, gla, hashes):
     path, _, _ = _loo_records(tmp_path, gla)
     ranked = gla.model_copy(update={"dispatch": gla.dispatch.model_copy(update={"fill_rule": "ranked"})})
-    rows = fr.leave_one_out(ranked, CHIP, path, hashes, rule="rank")
+    rows = fs.leave_one_out(ranked, CHIP, path, hashes, rule="rank")
     lost = {r.key for r in rows if r.ratio is not None and r.ratio < 1 / 1.1}
     table = tables.frozen_rows(ranked, CHIP, path, hashes)
     filled = [r.key for r in table.rows if r.source is not None and r.measured is None]
-    gate = fr.fill_gate(ranked, CHIP, path, hashes, filled)
+    gate = fs.fill_gate(ranked, CHIP, path, hashes, filled)
     assert lost and {row.key for row, _ in gate.losses} == lost
     assert gate.worst.ratio == min(r.ratio for r in rows if r.key in lost)
     for row, around in gate.losses:  # the rule-filled buckets one step from it, same dtype and flags
         assert around and all(k in filled and k[:4] == row.key[:4]
                               and sum(abs(x - y) for x, y in zip(k[4:], row.key[4:])) == 1 for k in around)
     assert "FLAGGED: " in gate.line() and "Fill rule: ranked." in gate.line()
-    report = fr.gate_report(ranked, gate, OP, "h200")
+    report = fs.gate_report(ranked, gate, OP, "h200")
     assert sum(line.startswith("ERROR: ") for line in report) == len(lost)
     assert any(line.strip().startswith("measure the") for line in report)
     # a rule that loses nothing is no error
     kept = [r for r in rows if r.key not in lost]
-    assert not fr.FillGate("ranked", {"measured": fr.summarize(kept)}, ()).line().count("FLAGGED")
+    assert not fs.FillGate("ranked", {"measured": fs.summarize(kept)}, ()).line().count("FLAGGED")

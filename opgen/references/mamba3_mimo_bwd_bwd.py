@@ -103,93 +103,111 @@ def _evaluate(args: dict[str, torch.Tensor | None], chunk_size: int, rotary_dim_
          for n, t in args.items()}
     C, half = chunk_size, N // 2
     NA = N // rotary_dim_divisor
-    group = torch.arange(H, device=device) // (H // G)
-    qt = x["q"][:, :, :, group].permute(0, 3, 1, 2, 4) + x["q_bias"][None, :, None]
-    kt = x["k"][:, :, :, group].permute(0, 3, 1, 2, 4) + x["k_bias"][None, :, None]
-    theta = x["angles"].permute(0, 2, 1, 3)  # [B,H,S,NA]
-    Q, K = rotate(qt, theta), rotate(kt, theta)
-    v = x["v"].permute(0, 2, 1, 3)  # [B,H,S,P]
-    psiv = v[:, :, :, None] * x["mimo_v"][None, :, None]  # [B,H,S,R,P]
-    dy = x["dout"].permute(0, 2, 1, 3)[:, :, :, None] * x["mimo_o"][None, :, None]
-    if x["z"] is not None:
-        dy = dy * F.silu(x["z"].permute(0, 2, 1, 3)[:, :, :, None] * x["mimo_z"][None, :, None])
-    gamma, trap_scale = gammas(x["dt"], x["trap"])
-    qk, states, da_cs = x["qk_dot"], x["states"], x["da_cs"]
+    o = _operands(x, H, G, device)
+    Q, K, theta = o["Q"], o["K"], o["theta"]
 
     out = {n: torch.zeros((B, H, S), dtype=dtype, device=device)
            for n in ("dfactor", "dgamma_diag", "dda", "dda_cs_rev", "dda_cs")}
-    dQ, dK = torch.zeros_like(Q), torch.zeros_like(K)
-    dqt, dkt = torch.zeros_like(Q), torch.zeros_like(K)  # the same-step term, before rotation
-    dpsiv = torch.zeros_like(psiv)
-    dssda = torch.zeros((B, H, math.ceil(S / C), C, C), dtype=dtype, device=device)
-    dd = torch.zeros((B, H), dtype=dtype, device=device)
+    grads = {"dQ": torch.zeros_like(Q), "dK": torch.zeros_like(K),
+             # the same-step term, before rotation
+             "dqt": torch.zeros_like(Q), "dkt": torch.zeros_like(K),
+             "dpsiv": torch.zeros_like(o["psiv"]),
+             "dssda": torch.zeros((B, H, math.ceil(S / C), C, C), dtype=dtype, device=device),
+             "dd": torch.zeros((B, H), dtype=dtype, device=device)}
     dS = torch.zeros((B, H, N, P), dtype=dtype, device=device)  # of the state leaving the chunk
     for c in reversed(range(math.ceil(S / C))):
-        cs, ce = c * C, min(c * C + C, S)
-        L = ce - cs
-        Qc, Kc, Vc, dYc = Q[:, :, cs:ce], K[:, :, cs:ce], psiv[:, :, cs:ce], dy[:, :, cs:ce]
-        ts, gm = trap_scale[:, :, cs:ce], gamma[:, :, cs:ce]
-        e_cs, e_rev = torch.exp(da_cs[:, :, cs:ce]), torch.exp(x["da_cs_rev"][:, :, cs:ce])
-        e_last = torch.exp(da_cs[:, :, ce - 1])
-        St = states[:, :, c]
-
-        # the state update S_{c+1} = e_last S_c + sum_u e_rev[u] ts[u] K[u]^T PsiV[u]
-        kds_v = torch.einsum("bhusn,bhnp,bhusp->bhu", Kc, dS, Vc)
-        out["dda_cs_rev"][:, :, cs:ce] = ts * kds_v
-        out["dfactor"][:, :, cs:ce] = e_rev * kds_v
-        wk = (e_rev * ts)[..., None, None]
-        dpsiv[:, :, cs:ce] += wk * torch.einsum("bhusn,bhnp->bhusp", Kc, dS)
-        dK[:, :, cs:ce] += wk * torch.einsum("bhnp,bhusp->bhusn", dS, Vc)
-        out["dda"][:, :, cs:ce] = (e_last * (St * dS).sum((-2, -1)))[..., None]
-
-        # off-diagonal intra-chunk terms
-        causal = torch.ones((L, L), dtype=torch.bool, device=device).tril(-1)
-        E = torch.where(causal, torch.exp(x["segsum"][:, :, c, :L, :L]), 0.0)  # [B,H,t,u]
-        A = torch.einsum("bhtrn,bhusn->bhtrus", Qc, Kc)
-        M = torch.einsum("bhtrp,bhusp->bhtrus", dYc, Vc)
-        AM = torch.where(causal, (A * M).sum((3, 5)), 0.0)  # [B,H,t,u]
-        dssda[:, :, c, :L, :L] = (AM * ts[:, :, None, :]).transpose(-1, -2)
-        out["dfactor"][:, :, cs:ce] += (E * AM).sum(2)
-        W = E * ts[:, :, None, :]
-        dQ[:, :, cs:ce] += torch.einsum("bhtu,bhtrus,bhusn->bhtrn", W, M, Kc)
-        dK[:, :, cs:ce] += torch.einsum("bhtu,bhtrus,bhtrn->bhusn", W, M, Qc)
-        dpsiv[:, :, cs:ce] += torch.einsum("bhtu,bhtrus,bhtrp->bhusp", W, A, dYc)
-
-        # the same-step term gamma[t] sum_s qk_dot[t,r,s] PsiV[t,s] (before the rotation)
-        Md = torch.einsum("bhtrp,bhtsp->bhtrs", dYc, Vc)
-        qkc = qk[:, :, cs:ce]
-        out["dgamma_diag"][:, :, cs:ce] = (qkc * Md).sum((-2, -1))
-        dqt[:, :, cs:ce] = gm[..., None, None] * torch.einsum("bhtrs,bhtsn->bhtrn", Md,
-                                                                kt[:, :, cs:ce])
-        dkt[:, :, cs:ce] = gm[..., None, None] * torch.einsum("bhtrs,bhtrn->bhtsn", Md,
-                                                                qt[:, :, cs:ce])
-        dpsiv[:, :, cs:ce] += gm[..., None, None] * torch.einsum("bhtrs,bhtrp->bhtsp", qkc, dYc)
-        if x["d"] is not None:
-            dpsiv[:, :, cs:ce] += x["d"][None, :, None, None, None] * dYc
-            dd += (dYc * Vc).sum((2, 3, 4))
-
-        # the inter-chunk term exp(da_cs[t]) Q[t,r] S_c
-        sdy = torch.einsum("bhnp,bhtrp->bhtrn", St, dYc)
-        out["dda_cs"][:, :, cs:ce] = (Qc * sdy).sum((-2, -1))
-        dQ[:, :, cs:ce] += e_cs[..., None, None] * sdy
-
-        dS = e_last[..., None, None] * dS + torch.einsum(
-            "bhtrn,bhtrp->bhnp", Qc * e_cs[..., None, None], dYc)
+        dS = _chunk(x, o, out, grads, c, C, S, dS, device)
 
     def turn(dX: torch.Tensor, X: torch.Tensor) -> torch.Tensor:  # dtheta of X = rot(x~)
         lo, hi = slice(0, NA), slice(half, half + NA)
         return (dX[..., hi] * X[..., lo] - dX[..., lo] * X[..., hi]).sum(3)
 
+    dQ, dK, dpsiv = grads["dQ"], grads["dK"], grads["dpsiv"]
     dangles = turn(dQ, Q) + turn(dK, K)
-    dq = rotate(dQ, -theta) + dqt
-    dk = rotate(dK, -theta) + dkt
+    dq = rotate(dQ, -theta) + grads["dqt"]
+    dk = rotate(dK, -theta) + grads["dkt"]
     out.update({
         "dq": dq.permute(0, 2, 3, 1, 4), "dk": dk.permute(0, 2, 3, 1, 4),
         "dv": (dpsiv * x["mimo_v"][None, :, None]).sum(3).permute(0, 2, 1, 3),
-        "dmimo_v": (dpsiv * v[:, :, :, None]).sum(2), "dangles": dangles.permute(0, 2, 1, 3),
-        "dssda": dssda, "dd": dd if x["d"] is not None else None,
+        "dmimo_v": (dpsiv * o["v"][:, :, :, None]).sum(2), "dangles": dangles.permute(0, 2, 1, 3),
+        "dssda": grads["dssda"], "dd": grads["dd"] if x["d"] is not None else None,
     })
     return {name: out[name] for name in OUTPUTS}
+
+
+def _operands(x: dict[str, torch.Tensor | None], H: int, G: int,
+              device: str | torch.device) -> dict[str, torch.Tensor]:
+    """The per-head quantities of the module docstring: biased q~ / k~ (``qt``, ``kt``), theta,
+    rotated Q and K, v, PsiV, dY, gamma and trap_scale, each [B,H,S,...]."""
+    group = torch.arange(H, device=device) // (H // G)
+    qt = x["q"][:, :, :, group].permute(0, 3, 1, 2, 4) + x["q_bias"][None, :, None]
+    kt = x["k"][:, :, :, group].permute(0, 3, 1, 2, 4) + x["k_bias"][None, :, None]
+    theta = x["angles"].permute(0, 2, 1, 3)  # [B,H,S,NA]
+    v = x["v"].permute(0, 2, 1, 3)  # [B,H,S,P]
+    dy = x["dout"].permute(0, 2, 1, 3)[:, :, :, None] * x["mimo_o"][None, :, None]
+    if x["z"] is not None:
+        dy = dy * F.silu(x["z"].permute(0, 2, 1, 3)[:, :, :, None] * x["mimo_z"][None, :, None])
+    gamma, trap_scale = gammas(x["dt"], x["trap"])
+    return {"qt": qt, "kt": kt, "theta": theta, "Q": rotate(qt, theta), "K": rotate(kt, theta), "v": v,
+            "psiv": v[:, :, :, None] * x["mimo_v"][None, :, None],  # [B,H,S,R,P]
+            "dy": dy, "gamma": gamma, "trap_scale": trap_scale}
+
+
+def _chunk(x: dict[str, torch.Tensor | None], o: dict[str, torch.Tensor], out: dict[str, torch.Tensor],
+           grads: dict[str, torch.Tensor], c: int, C: int, S: int, dS: torch.Tensor,
+           device: str | torch.device) -> torch.Tensor:
+    """Chunk ``c``'s terms, added into ``out`` and ``grads``; returns dS of the state entering it."""
+    cs, ce = c * C, min(c * C + C, S)
+    L = ce - cs
+    Qc, Kc, Vc, dYc = o["Q"][:, :, cs:ce], o["K"][:, :, cs:ce], o["psiv"][:, :, cs:ce], o["dy"][:, :, cs:ce]
+    ts, gm = o["trap_scale"][:, :, cs:ce], o["gamma"][:, :, cs:ce]
+    e_cs, e_rev = torch.exp(x["da_cs"][:, :, cs:ce]), torch.exp(x["da_cs_rev"][:, :, cs:ce])
+    e_last = torch.exp(x["da_cs"][:, :, ce - 1])
+    St = x["states"][:, :, c]
+    dQ, dK, dpsiv = grads["dQ"], grads["dK"], grads["dpsiv"]
+
+    # the state update S_{c+1} = e_last S_c + sum_u e_rev[u] ts[u] K[u]^T PsiV[u]
+    kds_v = torch.einsum("bhusn,bhnp,bhusp->bhu", Kc, dS, Vc)
+    out["dda_cs_rev"][:, :, cs:ce] = ts * kds_v
+    out["dfactor"][:, :, cs:ce] = e_rev * kds_v
+    wk = (e_rev * ts)[..., None, None]
+    dpsiv[:, :, cs:ce] += wk * torch.einsum("bhusn,bhnp->bhusp", Kc, dS)
+    dK[:, :, cs:ce] += wk * torch.einsum("bhnp,bhusp->bhusn", dS, Vc)
+    out["dda"][:, :, cs:ce] = (e_last * (St * dS).sum((-2, -1)))[..., None]
+
+    # off-diagonal intra-chunk terms
+    causal = torch.ones((L, L), dtype=torch.bool, device=device).tril(-1)
+    E = torch.where(causal, torch.exp(x["segsum"][:, :, c, :L, :L]), 0.0)  # [B,H,t,u]
+    A = torch.einsum("bhtrn,bhusn->bhtrus", Qc, Kc)
+    M = torch.einsum("bhtrp,bhusp->bhtrus", dYc, Vc)
+    AM = torch.where(causal, (A * M).sum((3, 5)), 0.0)  # [B,H,t,u]
+    grads["dssda"][:, :, c, :L, :L] = (AM * ts[:, :, None, :]).transpose(-1, -2)
+    out["dfactor"][:, :, cs:ce] += (E * AM).sum(2)
+    W = E * ts[:, :, None, :]
+    dQ[:, :, cs:ce] += torch.einsum("bhtu,bhtrus,bhusn->bhtrn", W, M, Kc)
+    dK[:, :, cs:ce] += torch.einsum("bhtu,bhtrus,bhtrn->bhusn", W, M, Qc)
+    dpsiv[:, :, cs:ce] += torch.einsum("bhtu,bhtrus,bhtrp->bhusp", W, A, dYc)
+
+    # the same-step term gamma[t] sum_s qk_dot[t,r,s] PsiV[t,s] (before the rotation)
+    Md = torch.einsum("bhtrp,bhtsp->bhtrs", dYc, Vc)
+    qkc = x["qk_dot"][:, :, cs:ce]
+    out["dgamma_diag"][:, :, cs:ce] = (qkc * Md).sum((-2, -1))
+    grads["dqt"][:, :, cs:ce] = gm[..., None, None] * torch.einsum("bhtrs,bhtsn->bhtrn", Md,
+                                                                     o["kt"][:, :, cs:ce])
+    grads["dkt"][:, :, cs:ce] = gm[..., None, None] * torch.einsum("bhtrs,bhtrn->bhtsn", Md,
+                                                                     o["qt"][:, :, cs:ce])
+    dpsiv[:, :, cs:ce] += gm[..., None, None] * torch.einsum("bhtrs,bhtrp->bhtsp", qkc, dYc)
+    if x["d"] is not None:
+        dpsiv[:, :, cs:ce] += x["d"][None, :, None, None, None] * dYc
+        grads["dd"] += (dYc * Vc).sum((2, 3, 4))
+
+    # the inter-chunk term exp(da_cs[t]) Q[t,r] S_c
+    sdy = torch.einsum("bhnp,bhtrp->bhtrn", St, dYc)
+    out["dda_cs"][:, :, cs:ce] = (Qc * sdy).sum((-2, -1))
+    dQ[:, :, cs:ce] += e_cs[..., None, None] * sdy
+
+    return e_last[..., None, None] * dS + torch.einsum(
+        "bhtrn,bhtrp->bhnp", Qc * e_cs[..., None, None], dYc)
 
 
 def golden(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -144,7 +144,7 @@ def _recompute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.
                trap: torch.Tensor, segsum: torch.Tensor, d: torch.Tensor | None, chunk_size: int,
                dtype: torch.dtype, device: str | torch.device,
                absolute: bool) -> dict[str, torch.Tensor]:
-    """The chunk loop: states [B,H,nc,N,P], qk_dot [B,H,S,R,R], raw_y [B,H,S,R,P] in ``dtype``.
+    """The recomputation: states [B,H,nc,N,P], qk_dot [B,H,S,R,R], raw_y [B,H,S,R,P] in ``dtype``.
 
     With ``absolute`` every signed factor is replaced by its absolute value (exp and sigmoid
     factors are positive already), giving the sum of |term| of each element instead.
@@ -153,10 +153,7 @@ def _recompute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.
         t = t.detach().to(device=device, dtype=dtype)
         return t.abs() if absolute else t
 
-    B, S, R, G, N = q.shape
-    H, P = v.shape[2], v.shape[3]
-    C = chunk_size
-    nc = math.ceil(S / C)
+    G, H = q.shape[3], v.shape[2]
     group = torch.arange(H, device=device) // (H // G)  # query/key group of each head
 
     # [B,S,R,G,N] -> per head [B,H,S,R,N], plus the per-head bias [H,R,N]
@@ -181,6 +178,20 @@ def _recompute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.
     rev_all = da_cs_rev.detach().to(device=device, dtype=dtype)
     seg_all = segsum.detach().to(device=device, dtype=dtype)
 
+    dd = cast(d)[None, :, None, None, None] if d is not None else None
+    states, raw_y = _chunks(Q, K, psiv, gamma, trap_scale, cs_all, rev_all, seg_all, dd, chunk_size)
+    return {"states": states, "qk_dot": qk_dot, "raw_y": raw_y}
+
+
+def _chunks(Q: torch.Tensor, K: torch.Tensor, psiv: torch.Tensor, gamma: torch.Tensor,
+            trap_scale: torch.Tensor, cs_all: torch.Tensor, rev_all: torch.Tensor, seg_all: torch.Tensor,
+            dd: torch.Tensor | None, C: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk loop over rotated Q, K [B,H,S,R,N] and PsiV [B,H,S,R,P] (``dd``: d broadcast
+    over them, or None): states [B,H,nc,N,P] and raw_y [B,H,S,R,P]."""
+    B, H, S, R, N = Q.shape
+    P = psiv.shape[-1]
+    nc = math.ceil(S / C)
+    dtype, device = Q.dtype, Q.device
     states = torch.zeros((B, H, nc, N, P), dtype=dtype, device=device)
     raw_y = torch.zeros((B, H, S, R, P), dtype=dtype, device=device)
     state = torch.zeros((B, H, N, P), dtype=dtype, device=device)
@@ -203,14 +214,14 @@ def _recompute(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_bias: torch.
         diag = gm[..., None, None] * torch.einsum("bhtrs,bhtsp->bhtrp", same, Vc)
 
         y = inter + intra + diag
-        if d is not None:
-            y = y + cast(d)[None, :, None, None, None] * Vc
+        if dd is not None:
+            y = y + dd * Vc
         raw_y[:, :, cs:ce] = y
 
         wk = torch.exp(rev_all[:, :, cs:ce]) * ts  # key weight of each token in the state update
         update = torch.einsum("bhusn,bhusp->bhnp", Kc * wk[..., None, None], Vc)
         state = torch.exp(dcs[:, :, -1])[..., None, None] * state + update
-    return {"states": states, "qk_dot": qk_dot, "raw_y": raw_y}
+    return states, raw_y
 
 
 def _evaluate(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
