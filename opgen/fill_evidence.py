@@ -7,7 +7,7 @@ candidate's time over the fastest of its run (geometric mean over the bucket's r
 kernels, :func:`opgen.table.run_shares`); on a tuned bucket, the winner's side-by-side re-measure,
 its cross-checks and its search's trials (:func:`tuned_shares`). Pure functions over the records:
 no device, no clock.
-Uses ``bucket_shapes``, ``errors``, ``hardware``, ``keys``, ``records``, ``space``, ``spec``, ``table``.
+Uses ``bucket_shapes``, ``errors``, ``fill_measured``, ``hardware``, ``keys``, ``records``, ``space``, ``spec``.
 """
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ dropping its candidate (``clamp``) picked 3 narrowed points, none of them timed 
 :func:`fill_gate` scores the spec's own ``dispatch.fill_rule`` and names the buckets it loses
 (``opgen records`` prints it, :mod:`opgen.freeze` writes its line into the table). No device, no
 clock.
-Uses ``fill_evidence``, ``fill_rank``, ``hardware``, ``kernels``, ``keys``, ``records``, ``space``,
-``spec``, ``table``.
+Uses ``fill_evidence``, ``fill_measured``, ``fill_nearest``, ``fill_rank``, ``hardware``, ``kernels``,
+``keys``, ``records``, ``space``, ``spec``, ``table_records``.
 """
 from __future__ import annotations
 
