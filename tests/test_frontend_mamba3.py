@@ -90,3 +90,32 @@ def test_small_dot_fallback_stays_a_reduction():
         result = ascend_frontend(_mm_probe, args)
         assert result.accepted, result.message[:2000]
         assert ("linalg.matmul" in result.ops) == (K >= 16), (M, K, N, result.ops)
+
+
+@pytest.mark.parametrize("variant", ["staged_static_fused", "post_dynamic_separate", "fold_static_separate",
+                                     "split_static_separate"])
+def test_npu_strided_twin_accepted_by_ascend_front_end(variant):
+    """The strided twins of a few npu variants (the staged pre-processing and scan, post's kernels,
+    fold, split's with its gate kernel and row tiles) on slices of one fused projection: the
+    strides reach the front end as kernel arguments."""
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.npu.strided.{variant}")
+    B, S, H, G, N, P, R, C = 2, 32, 4, 2, 16, 32, 2, 16
+    x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, dtype=torch.bfloat16, has_z=True, seed=0)
+    fused = torch.cat([x[n].reshape(B, S, -1) for n in ("z", "v", "q", "k", "dout")], dim=-1)
+    views, start = dict(x), 0
+    for n in ("z", "v", "q", "k", "dout"):
+        width = x[n][0, 0].numel()
+        views[n] = fused[..., start:start + width].unflatten(-1, x[n].shape[2:])
+        start += width
+    f32 = dict(dtype=torch.float32)
+    outs = dict(states=torch.empty(B, H, S // C, N, P, **f32), qk_dot=torch.empty(B, H, S, R, R, **f32),
+                dmimo_o=torch.empty(B, H, R, P, **f32), dmimo_z=torch.empty(B, H, R, P, **f32),
+                dz=torch.empty(B, S, H, P, **f32))
+    point = {"BLOCK_P": 16, "BLOCK_N": 16, "ROW_TILES": True, "GATE_KERNEL": True, "multibuffer": True}
+    calls = module.kernel_calls(**views, **outs, num_programs=20, point=point)
+    assert any(k.startswith("stride_") for _, _, kwargs, _ in calls for k in kwargs)
+    for kernel, _grid, kwargs, options in calls:
+        if "stride_v_t" in kwargs:
+            assert kwargs["stride_v_t"] == fused.shape[-1]
+        result = ascend_frontend(kernel, kwargs, arch="Ascend910B3", options=options)
+        assert result.accepted, f"{variant} {kernel.__name__}: {result.stage}: {result.message[:2000]}"

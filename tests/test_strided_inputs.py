@@ -251,3 +251,135 @@ def test_the_descriptor_twin_takes_aligned_views_and_copies_the_others():
     for t in (odd, shifted):
         copy = twin._aligned(t)
         assert copy.data_ptr() != t.data_ptr() and copy.is_contiguous() and copy.data_ptr() % 16 == 0
+
+
+# --- mamba3_mimo_bwd_fwd: the strided twins ------------------------------------------------------
+MAMBA3 = ["dout", "q", "k", "v", "angles", "z"]
+MAMBA3_SPEC = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+MAMBA3_OUTPUTS = ("states", "qk_dot", "dmimo_o", "dmimo_z", "dz")
+
+
+def _mamba3_fused(x):
+    """The activations as a model hands them over: z, v, q and k the parts of one fused [B, S, F]
+    projection (F past their widths), the angles the first part of a wider tensor, dout transposed
+    (dims 1 and 2)."""
+    names = [n for n in ("z", "v", "q", "k") if x[n] is not None]
+    B, S = x["q"].shape[:2]
+    fused = torch.cat([x[n].reshape(B, S, -1) for n in names] + [x["q"].new_zeros(B, S, 5)], dim=-1)
+    out, start = dict(x), 0
+    for n in names:
+        width = x[n][0, 0].numel()
+        out[n] = fused[..., start:start + width].unflatten(-1, x[n].shape[2:])
+        start += width
+    out["angles"] = torch.cat([x["angles"], x["angles"][..., :3]], dim=-1)[..., :x["angles"].shape[-1]]
+    out["dout"] = x["dout"].transpose(1, 2).contiguous().transpose(1, 2)
+    return out
+
+
+def _mamba3_transposed(x):
+    """Each activation a transposed view: its batch and token dims swapped in memory."""
+    return {**x, **{n: x[n].transpose(0, 1).contiguous().transpose(0, 1) for n in MAMBA3 if x[n] is not None}}
+
+
+MAMBA3_LAYOUTS = {"fused": _mamba3_fused, "transposed": _mamba3_transposed}
+
+
+def _mamba3_golden_check(outs, x):
+    from numerics.test_mamba3_mimo_bwd_fwd import _check
+    _check(outs, x)
+
+
+# (B, S, H, G, N, P, R, C, Z): GQA (G < H) with the Z gate and without; a sequence tail
+MAMBA3_SHAPES = [(2, 32, 4, 2, 16, 16, 2, 8, True), (2, 24, 4, 1, 8, 16, 4, 8, False), (2, 21, 2, 1, 16, 8, 2, 8, True)]
+
+
+@pytest.mark.parametrize("layout", sorted(MAMBA3_LAYOUTS))
+@pytest.mark.parametrize("shape", MAMBA3_SHAPES, ids=["B{}-S{}-H{}-G{}-N{}-P{}-R{}-C{}-Z{:d}".format(*s) for s in MAMBA3_SHAPES])
+def test_mamba3_reads_every_activation_in_place(layout, shape):
+    """dout, q, k, v, angles and z views (none contiguous): the outputs are the contiguous call's
+    and meet the golden checks; on whole chunks every kernel got each view itself (its storage and
+    strides: no copy), on a tail the padding's copies."""
+    import generated.mamba3_mimo_bwd_fwd as module
+
+    *dims, C, has_z = shape
+    x = mamba3_inputs(*dims, chunk_size=C, dtype=torch.bfloat16, has_z=has_z, seed=sum(dims))
+    views = MAMBA3_LAYOUTS[layout](x)
+    given = [n for n in MAMBA3 if x[n] is not None]
+    assert not any(views[n].is_contiguous() for n in given)
+    outs = module.mamba3_mimo_bwd_fwd(**views)
+    _same(outs, module.mamba3_mimo_bwd_fwd(**x))
+    _mamba3_golden_check(outs, x)
+    with recording() as launches:
+        module.mamba3_mimo_bwd_fwd(**views)
+    assert launches and all(".kernels.npu.strided." in launch.kernel.fn.__module__ for launch in launches)
+    tail = dims[1] % C != 0
+    for launch in launches:
+        args, _ = launch.split()
+        for name in given:
+            if name not in args:
+                continue
+            strides = {k: v for k, v in args.items() if k.startswith(f"stride_{name}_")}
+            if tail:  # padded to whole chunks: a contiguous copy
+                assert args[name].is_contiguous() and args[name].data_ptr() != views[name].data_ptr(), name
+                continue
+            assert args[name].data_ptr() == views[name].data_ptr() and args[name].stride() == views[name].stride(), name
+            dims_of = "btrg" if name in ("q", "k") else "bth"
+            assert strides == {f"stride_{name}_{d}": views[name].stride(i) for i, d in enumerate(dims_of)}, name
+
+
+def test_mamba3_copies_once_an_activation_whose_last_stride_is_not_one():
+    """q every other element of a wider tensor (last stride 2) is copied, once a call; the other
+    views are read in place; the outputs are the contiguous call's."""
+    import generated.mamba3_mimo_bwd_fwd as module
+
+    x = mamba3_inputs(2, 32, 4, 2, 16, 16, 2, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=9)
+    views = _mamba3_fused(x)
+    every_other = torch.empty(*x["q"].shape[:-1], 2 * x["q"].shape[-1], dtype=x["q"].dtype)[..., ::2]
+    every_other.copy_(x["q"])
+    views["q"] = every_other
+    copies = []
+    real = torch.Tensor.contiguous
+
+    def counted(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        copies.append(out is not self)
+        return out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "contiguous", counted)
+        outs = module.mamba3_mimo_bwd_fwd(**views)
+        with recording() as launches:
+            module.mamba3_mimo_bwd_fwd(**views)  # the seen signature's path
+    assert copies.count(True) == 2  # q, once a call
+    _same(outs, module.mamba3_mimo_bwd_fwd(**x))
+    for launch in launches:
+        args, _ = launch.split()
+        if "q" in args:
+            assert args["q"].is_contiguous() and args["q"].data_ptr() != every_other.data_ptr()
+        for name in ("dout", "k", "v", "angles", "z"):
+            if name in args:
+                assert args[name].data_ptr() == views[name].data_ptr(), name
+
+
+# a cuda variant of each family (stage0, the staged pre-processing fused and separate, rankfold,
+# aux, nblocked, post, fold, split with its gate kernel, row tiles and prefetch, splitscan)
+MAMBA3_TWINS = [("stage0_dynamic_separate", True, {}), ("staged_static_separate", True, {}),
+                ("rankfold_static_separate", True, {}), ("aux_static_fused", False, {}),
+                ("nblocked_static_fused", True, {}), ("post_dynamic_separate", True, {}),
+                ("fold_static_separate", True, {}),
+                ("split_static_separate", True, dict(GATE_KERNEL=True, STATE_PREFETCH=True)),
+                ("split_static_separate", True, dict(ROW_TILES=True, BLOCK_N=8)),
+                ("splitscan_static_separate", False, dict(ROW_TILES=True, STATE_TRANSPOSED=True))]
+
+
+@pytest.mark.parametrize("name, has_z, point", MAMBA3_TWINS,
+                         ids=[f"{n}-Z{z:d}{'-' + '-'.join(p) if p else ''}" for n, z, p in MAMBA3_TWINS])
+def test_mamba3_cuda_twin_equals_its_contiguous_module(name, has_z, point):
+    """A cuda strided twin on the fused views computes exactly what its contiguous module computes
+    on the contiguous tensors (GQA, whole chunks)."""
+    from numerics.test_mamba3_mimo_bwd_fwd import _launch
+
+    x = mamba3_inputs(2, 16, 4, 2, 16, 16, 2, chunk_size=8, dtype=torch.bfloat16, has_z=has_z, seed=11)
+    point = {"BLOCK_P": 16, "BLOCK_N": 16, "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 16, **point}
+    base = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{name}")
+    twin = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.strided.{name}")
+    _same(tuple(_launch(twin, _mamba3_fused(x), point=point)), tuple(_launch(base, x, point=point)))
