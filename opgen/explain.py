@@ -44,6 +44,8 @@ def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[
         if name in row:
             raise UsageError(f"{name} given twice ({name}={row[name]} and {item})")
         row[name] = _value(name, kinds[name], text)
+        if name == "dtype" and row[name] not in spec.call_dtypes():
+            raise UsageError(f"dtype={text}: a call of {spec.op} has a dtype among {', '.join(spec.call_dtypes())}")
         if name in dims and not 0 <= row[name] <= MAX_DIM:
             shown = text if len(text) <= 24 else f"an int of {len(text.lstrip('+-'))} digits"
             raise UsageError(f"{name}={shown}: a tensor's size is an int in [0, 2**63 - 1]")

@@ -147,9 +147,9 @@ def case_inputs(spec: OpSpec, row: Mapping[str, Any]) -> dict[str, Any]:
         if key != "dtype":
             env[key] = value
     wanted = row.get("dtype")
-    allowed = sorted({d for arg in spec.signature.tensors.values() for d in arg.dtypes})
+    allowed = spec.call_dtypes()
     if wanted is not None and wanted not in allowed:
-        raise SpecError(spec.path, "cases", f"a dtype some tensor allows ({', '.join(allowed)})", dict(row))
+        raise SpecError(spec.path, "cases", f"a dtype of the op's calls ({', '.join(allowed)})", dict(row))
     for name, arg in spec.signature.tensors.items():
         if arg.optional:
             env.setdefault(f"{name}_given", False)

@@ -316,6 +316,14 @@ class OpSpec(_Model):
                     seen.setdefault(dim)
         return tuple(seen)
 
+    def call_dtypes(self) -> list[str]:
+        """The dtypes a call's (a case's) ``dtype`` may name: those every tensor of several dtypes
+        allows (the tensors that follow the call's dtype), or where each tensor has one, any of theirs."""
+        following = [set(arg.dtypes) for arg in self.signature.tensors.values() if len(arg.dtypes) > 1]
+        if following:
+            return sorted(set.intersection(*following))
+        return sorted({d for arg in self.signature.tensors.values() for d in arg.dtypes})
+
     def input_names(self) -> tuple[str, ...]:
         """Names visible to params and checks: dims, scalars, ``<tensor>_dtype``, ``<tensor>_given``."""
         tensors = self.signature.tensors

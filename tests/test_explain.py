@@ -70,6 +70,7 @@ def test_a_call_the_checks_refuse_says_so():
 
 @pytest.mark.parametrize("words, expected", [
     (["B=4", "X=2"], "NAME among"), (["B=four"], "expected a int"), (["dtype=float8"], "expected a dtype"),
+    (["dtype=float32"], "a call of chunk_gla_fwd_o_gk has a dtype among bfloat16, float16"),
     (["B=2", "T=64", "H=1", "K=64"], "missing V"), (["B"], "expected NAME=VALUE"),
 ])
 def test_bad_words_are_usage_errors(words, expected):

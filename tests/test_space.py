@@ -315,13 +315,16 @@ def test_budget_per_kernel_names_the_kernel_that_overflows():
         assert kept and all(p.config["BLOCK_P"] >= 16 for p in kept)
 
 
-def test_a_case_dtype_no_tensor_allows_is_an_error_not_the_first_dtype(gla):
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_a_case_dtype_the_calls_cannot_have_is_an_error_not_another_dtype(gla, dtype):
+    """float32 is g's, A's and h's dtype, but q and v (the tensors that follow the call's dtype)
+    take none: a float32 case is refused, not run with q in float16."""
     from opgen.errors import SpecError
 
     row = dict(B=1, T=64, H=1, K=64, V=64, dtype="float16")
     assert space.case_inputs(gla, row)["q_dtype"] == "float16"
-    with pytest.raises(SpecError, match=r"cases: expected a dtype some tensor allows \(bfloat16, float16, float32\)"):
-        space.case_inputs(gla, {**row, "dtype": "int8"})
+    with pytest.raises(SpecError, match=r"cases: expected a dtype of the op's calls \(bfloat16, float16\)"):
+        space.case_inputs(gla, {**row, "dtype": dtype})
 
 
 def test_an_axis_option_may_name_its_own_template():
