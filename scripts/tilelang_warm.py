@@ -51,12 +51,17 @@ def configs(root: Path, op: str, case_sets: list[str], static: bool = False, dyn
     return list(found)
 
 
-def _compile(config) -> float:
+def _compile(config) -> tuple[float, str | None]:
+    """Seconds the configuration took, and the error that stopped it (as text: TileLang's errors
+    do not pickle, and one that crossed the process boundary would break the whole pool)."""
     from opgen.baselines.mamba3_mimo_bwd_fwd import compiled
 
     start = time.perf_counter()
-    compiled(config)
-    return time.perf_counter() - start
+    try:
+        compiled(config)
+    except Exception as e:  # noqa: BLE001 - every configuration is reported, the others still run
+        return time.perf_counter() - start, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return time.perf_counter() - start, None
 
 
 def _label(c) -> str:
@@ -85,11 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(_compile, c): c for c in todo}
         for future in as_completed(futures):
-            try:
-                print(f"{_label(futures[future])}: {future.result():.1f} s", flush=True)
-            except Exception as e:  # report every configuration, then fail
-                failed += 1
-                print(f"{_label(futures[future])}: FAILED {type(e).__name__}: {e}", flush=True)
+            seconds, error = future.result()
+            failed += error is not None
+            print(f"{_label(futures[future])}: " + (f"FAILED {error}" if error else f"{seconds:.1f} s"), flush=True)
     print(f"{len(todo) - failed}/{len(todo)} compiled in {time.perf_counter() - start:.1f} s wall", flush=True)
     return 1 if failed else 0
 
