@@ -38,3 +38,31 @@ def test_npu_blocked_kernels_accepted_by_ascend_front_end(dtype, has_z, has_d, R
         assert options == {"multibuffer": True}
         result = ascend_frontend(kernel, kwargs, arch="Ascend910B3", options=options)
         assert result.accepted, f"{result.stage}: {result.message[:2000]}"
+
+
+@pytest.mark.parametrize("variant", ["serial", "blocked"])
+def test_npu_strided_twin_accepted_by_ascend_front_end(variant):
+    """The strided twins on slices of one fused projection (z, v, q, k, dout) and angles the first
+    part of a wider tensor, the Z gate on: the strides reach the front end as kernel arguments
+    (blocked's reduction, which reads no input, is its contiguous module's and left out)."""
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_bwd.kernels.npu.strided.{variant}")
+    B, S, H, G, N, P, R, C = 2, 24, 4, 2, 16, 16, 2, 8
+    x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, dtype=torch.bfloat16, has_z=True, seed=0)
+    names = ("z", "v", "q", "k", "dout")
+    fused = torch.cat([x[n].reshape(B, S, -1) for n in names], dim=-1)
+    views, start = dict(x), 0
+    for n in names:
+        width = x[n][0, 0].numel()
+        views[n] = fused[..., start:start + width].unflatten(-1, x[n].shape[2:])
+        start += width
+    views["angles"] = torch.cat([x["angles"], x["angles"]], dim=-1)[..., :x["angles"].shape[-1]]
+    gold = golden(**x)
+    outs = {n: torch.empty(gold[n].shape) if gold[n] is not None else None for n in OUTPUTS}
+    point = {"BLOCK_N": 16, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16, "multibuffer": True}
+    calls = [c for c in module.kernel_calls(**views, **outs, num_programs=20, point=point)
+             if any(k.startswith("stride_") for k in c[2])]
+    assert len(calls) == (1 if variant == "serial" else 3)
+    for kernel, _grid, kwargs, options in calls:
+        assert kwargs["stride_dout_t"] == fused.shape[-1]
+        result = ascend_frontend(kernel, kwargs, arch="Ascend910B3", options=options)
+        assert result.accepted, f"{variant} {kernel.__name__}: {result.stage}: {result.message[:2000]}"

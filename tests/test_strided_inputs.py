@@ -1,9 +1,11 @@
 """Strided inputs (a slice of a fused projection, a transposed view) give exactly the outputs of
-their contiguous copies, for both ops under the interpreter; the caller's tensors are not changed.
+their contiguous copies, for the ops under the interpreter; the caller's tensors are not changed.
 GLA reads its views in place (the strided twins): every input sliced out of a fused tensor or
 transposed, on tails and odd H, against the float64 golden; the kernel receives the view's own
 storage and strides (no copy), a last stride other than 1 is copied once; the cuda twins of a few
-variants (the descriptor grids' in the interpreter that knows them) equal their contiguous modules."""
+variants (the descriptor grids' in the interpreter that knows them) equal their contiguous modules.
+mamba3_mimo_bwd_fwd and mamba3_mimo_bwd_bwd read their activations in place the same way."""
+import functools
 import importlib
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from opgen.hardware import profile
 from opgen.launches import recording
 from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, reference_fp32
 from opgen.references.chunk_gla_fwd_o_gk import make_inputs as gla_inputs
+from opgen.references.mamba3_mimo_bwd_bwd import OUTPUTS as BWD_BWD_OUTPUTS
 from opgen.references.mamba3_mimo_bwd_fwd import make_inputs as mamba3_inputs
 from opgen.spec import load_spec
 
@@ -45,6 +48,31 @@ def _same(a, b):
     b = b if isinstance(b, tuple) else (b,)
     for u, v in zip(a, b):
         assert (u is None and v is None) or torch.equal(u, v)
+
+
+def _every_other(x):
+    """x's values every other element of a tensor twice as wide in its last dim (last stride 2)."""
+    view = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype)[..., ::2]
+    view.copy_(x)
+    return view
+
+
+def _twice_counting_copies(fn, views):
+    """fn(**views) twice, the second on the seen signature's path and recorded (not run): the first
+    call's outputs, the second's launches and how many tensors .contiguous() copied in all."""
+    copies = []
+    real = torch.Tensor.contiguous
+
+    def counted(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        copies.append(out is not self)
+        return out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "contiguous", counted)
+        outs = fn(**views)
+        with recording() as launches:
+            fn(**views)
+    return outs, launches, copies.count(True)
 
 
 @pytest.fixture(autouse=True)
@@ -172,22 +200,9 @@ def test_gla_copies_once_an_input_whose_last_stride_is_not_one():
 
     x = gla_inputs(1, 45, 3, 48, 40, 32, dtype=torch.float16, seed=9)
     views = _fused(x)
-    every_other = torch.empty(*x["q"].shape[:-1], 2 * x["q"].shape[-1], dtype=x["q"].dtype)[..., ::2]
-    every_other.copy_(x["q"])
-    views["q"] = every_other
-    copies = []
-    real = torch.Tensor.contiguous
-
-    def counted(self, *args, **kwargs):
-        out = real(self, *args, **kwargs)
-        copies.append(out is not self)
-        return out
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch.Tensor, "contiguous", counted)
-        o = module.chunk_gla_fwd_o_gk(**views)
-        with recording() as launches:
-            module.chunk_gla_fwd_o_gk(**views)  # the seen signature's path
-    assert copies.count(True) == 2  # q, once a call
+    views["q"] = every_other = _every_other(x["q"])
+    o, launches, copies = _twice_counting_copies(module.chunk_gla_fwd_o_gk, views)
+    assert copies == 2  # q, once a call
     assert torch.equal(o, module.chunk_gla_fwd_o_gk(**x))
     args, _ = launches[0].split()
     assert args["q"].is_contiguous() and args["q"].data_ptr() != every_other.data_ptr()
@@ -334,22 +349,9 @@ def test_mamba3_copies_once_an_activation_whose_last_stride_is_not_one():
 
     x = mamba3_inputs(2, 32, 4, 2, 16, 16, 2, chunk_size=8, dtype=torch.bfloat16, has_z=True, seed=9)
     views = _mamba3_fused(x)
-    every_other = torch.empty(*x["q"].shape[:-1], 2 * x["q"].shape[-1], dtype=x["q"].dtype)[..., ::2]
-    every_other.copy_(x["q"])
-    views["q"] = every_other
-    copies = []
-    real = torch.Tensor.contiguous
-
-    def counted(self, *args, **kwargs):
-        out = real(self, *args, **kwargs)
-        copies.append(out is not self)
-        return out
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch.Tensor, "contiguous", counted)
-        outs = module.mamba3_mimo_bwd_fwd(**views)
-        with recording() as launches:
-            module.mamba3_mimo_bwd_fwd(**views)  # the seen signature's path
-    assert copies.count(True) == 2  # q, once a call
+    views["q"] = every_other = _every_other(x["q"])
+    outs, launches, copies = _twice_counting_copies(module.mamba3_mimo_bwd_fwd, views)
+    assert copies == 2  # q, once a call
     _same(outs, module.mamba3_mimo_bwd_fwd(**x))
     for launch in launches:
         args, _ = launch.split()
@@ -383,3 +385,84 @@ def test_mamba3_cuda_twin_equals_its_contiguous_module(name, has_z, point):
     base = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.{name}")
     twin = importlib.import_module(f"generated.mamba3_mimo_bwd_fwd.kernels.cuda.strided.{name}")
     _same(tuple(_launch(twin, _mamba3_fused(x), point=point)), tuple(_launch(base, x, point=point)))
+
+
+# --- mamba3_mimo_bwd_bwd: the strided twins ------------------------------------------------------
+# Two small cases for every test below (the interpreter's time), both with a tail (S = 19, C = 8)
+# and GQA (G < H): the Z gate on (B = 1), and off with B = 2 (the transposed layout swaps the batch
+# and token dims). (B, S, H, G, N, P, R) by has_z.
+BWD_BWD_SHAPES = {True: (1, 19, 2, 1, 16, 16, 2), False: (2, 19, 2, 1, 16, 16, 2)}
+
+
+@functools.cache
+def _bwd_bwd(has_z):
+    """The case's inputs and the contiguous call's outputs (computed once, shared by the tests)."""
+    from generated.mamba3_mimo_bwd_bwd import mamba3_mimo_bwd_bwd
+    from opgen.references.mamba3_mimo_bwd_bwd import make_inputs as bwd_bwd_inputs
+
+    x = bwd_bwd_inputs(*BWD_BWD_SHAPES[has_z], chunk_size=8, dtype=torch.bfloat16, has_z=has_z, seed=21)
+    return x, mamba3_mimo_bwd_bwd(**x)
+
+
+def _bwd_bwd_golden_check(outs, x):
+    """The call's outputs against the float64 golden of x (the numerics tests' criteria)."""
+    from numerics.test_mamba3_mimo_bwd_bwd import _check
+    _check(dict(zip(BWD_BWD_OUTPUTS, outs)), x)
+
+
+@pytest.mark.parametrize("layout, has_z", [("fused", True), ("transposed", False)], ids=["fused-Z", "transposed-noZ"])
+def test_bwd_bwd_reads_every_activation_in_place(layout, has_z):
+    """dout, q, k, v, angles and z views (none contiguous), on a tail: the outputs are the
+    contiguous call's and meet the golden checks, and the kernel got each view itself (its storage
+    and strides: no copy)."""
+    import generated.mamba3_mimo_bwd_bwd as module
+
+    x, contiguous = _bwd_bwd(has_z)
+    views = MAMBA3_LAYOUTS[layout](x)
+    given = [n for n in MAMBA3 if x[n] is not None]
+    assert not any(views[n].is_contiguous() for n in given)
+    outs = module.mamba3_mimo_bwd_bwd(**views)
+    _same(outs, contiguous)
+    _bwd_bwd_golden_check(outs, x)
+    with recording() as launches:  # the launch without its run
+        module.mamba3_mimo_bwd_bwd(**views)
+    assert launches and all(".kernels.npu.strided." in launch.kernel.fn.__module__ for launch in launches)
+    for launch in launches:
+        args, _ = launch.split()
+        for name in given:
+            assert args[name].data_ptr() == views[name].data_ptr() and args[name].stride() == views[name].stride(), name
+            strides = {k: v for k, v in args.items() if k.startswith(f"stride_{name}_")}
+            dims_of = "btrg" if name in ("q", "k") else "bth"
+            assert strides == {f"stride_{name}_{d}": views[name].stride(i) for i, d in enumerate(dims_of)}, name
+
+
+def test_bwd_bwd_copies_once_an_activation_whose_last_stride_is_not_one():
+    """k every other element of a wider tensor (last stride 2) is copied, once a call (the seen
+    signature's path too); the other views are read in place; the outputs are the contiguous call's."""
+    import generated.mamba3_mimo_bwd_bwd as module
+
+    x, contiguous = _bwd_bwd(True)
+    views = _mamba3_fused(x)
+    views["k"] = every_other = _every_other(x["k"])
+    outs, launches, copies = _twice_counting_copies(module.mamba3_mimo_bwd_bwd, views)
+    assert copies == 2  # k, once a call
+    _same(outs, contiguous)
+    (launch,) = launches
+    args, _ = launch.split()
+    assert args["k"].is_contiguous() and args["k"].data_ptr() != every_other.data_ptr()
+    for name in ("dout", "q", "v", "angles", "z"):
+        assert args[name].data_ptr() == views[name].data_ptr(), name
+
+
+@pytest.mark.parametrize("name", ["serial", "blocked"])
+def test_bwd_bwd_cuda_twin_equals_its_contiguous_module(name):
+    """A cuda strided twin on the fused views (the Z gate on, a tail, GQA; blocked's four kernels)
+    computes exactly what its contiguous module computes on the contiguous tensors."""
+    x, contiguous = _bwd_bwd(True)
+    results = []
+    for prefix, inputs in (("", x), ("strided.", _mamba3_fused(x))):
+        module = importlib.import_module(f"generated.mamba3_mimo_bwd_bwd.kernels.cuda.{prefix}{name}")
+        outs = {n: None if o is None else torch.full_like(o, float("nan")) for n, o in zip(BWD_BWD_OUTPUTS, contiguous)}
+        module.launch(**inputs, **outs, num_programs=1, point={})
+        results.append(tuple(outs[n] for n in BWD_BWD_OUTPUTS))
+    _same(results[1], results[0])
