@@ -1,8 +1,8 @@
 """Each generated op called with strided views of its activations, the layout a fused projection
 hands over (q, k and v as slices of one wider tensor): ``opgen bench <op> --baseline strided``
 times that call beside the contiguous one, so its speed-up column is the cost of a strided call
-(GLA's strided twins reading the views in place; the Mamba-3 stage's one copy of each strided
-input) and its agreement column shows the outputs are equal.
+(the strided twins reading the views in place) and its agreement column shows the outputs are
+equal.
 
 A view is made once per input tensor and reused, so the timed calls hold only the op's own work.
 """
@@ -26,10 +26,12 @@ def strided_view(x: torch.Tensor) -> torch.Tensor:
 
 
 def activations(op: str) -> set[str]:
-    """The tensor inputs of ``op`` with a batch dim first (its spec's ``B``): the activations, not
-    the per-head parameters."""
+    """The tensor inputs of ``op`` a model hands over as views: those its spec's ``api.strided``
+    names (read in place), else those with a batch dim first (its spec's ``B``)."""
     root = Path(importlib.import_module(f"generated.{op}").__file__).resolve().parents[2]
     spec = load_spec(root / "specs" / f"{op}.yaml", root)
+    if spec.api.strided:
+        return set(spec.api.strided)
     return {name for name, arg in spec.signature.tensors.items() if arg.dims[0] == "B"}
 
 
@@ -58,3 +60,4 @@ def strided_call(op: str) -> Callable[..., Any]:
 
 chunk_gla_fwd_o_gk = strided_call("chunk_gla_fwd_o_gk")
 mamba3_mimo_bwd_fwd = strided_call("mamba3_mimo_bwd_fwd")
+mamba3_mimo_bwd_bwd = strided_call("mamba3_mimo_bwd_bwd")
