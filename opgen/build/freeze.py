@@ -14,20 +14,20 @@ import string
 from pathlib import Path
 from typing import Any
 
-from ..storage import records as records_mod
-from ..space.case_checks import check_cases
+from ..errors import BuildError, SpecError
 from ..render.kernels import (GENERATED, RENDERINGS, GeneratedFile, OpInputs, op_environment, op_inputs,
                       render_kernels)
-from ..errors import BuildError, SpecError
-from ..spec.expr import Expr, python_helpers
-from ..spec.keys import bucket_index
-from ..spec.hardware import PROFILES, ChipProfile, rendering_of
 from ..render.render import content_hash, file_hash, header, render
+from ..space.case_checks import check_cases
 from ..space.space import budget_formula, variants_for
+from ..spec.expr import Expr, python_helpers
+from ..spec.hardware import PROFILES, ChipProfile, rendering_of
+from ..spec.keys import bucket_index
+from ..spec.spec import KeyField, OpSpec, load_specs
+from ..storage import records as records_mod
 from ..table.fill_score import fill_gate
 from ..table.table import frozen_rows
 from .table_layout import WIDTH, layout, wrap_comment
-from ..spec.spec import KeyField, OpSpec, load_specs
 
 def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list[str]:
     fields = []

@@ -13,8 +13,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec.keys import bucket_range, key_text, sort_key, split_key_field
 from ..render.render import py_literal
+from ..spec.keys import bucket_range, key_text, sort_key, split_key_field
 from ..spec.spec import OpSpec
 from ..table.table_rows import FrozenTable, Row, comment_of
 

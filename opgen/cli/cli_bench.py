@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from .cli_project import device_list, only_cases, op_spec, project_root, shard_options
 from ..errors import OpgenError
+from .cli_project import device_list, only_cases, op_spec, project_root, shard_options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

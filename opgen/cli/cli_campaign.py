@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import options
-from .cli_project import device_list, only_cases, op_spec, project_root, records_path, shard_options
 from ..errors import OpgenError
 from ..tune.settings import Settings
+from .cli_project import device_list, only_cases, op_spec, project_root, records_path, shard_options
 
 if TYPE_CHECKING:
     from ..spec.hardware import ChipProfile

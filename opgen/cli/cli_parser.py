@@ -7,11 +7,11 @@ from typing import Any
 
 from .. import options
 from ..space.case_sample import MAX_CASES
+from ..storage.storage import HEARTBEAT_SECONDS
+from ..tune.settings import Settings
 from .cli_bench import cmd_bench, cmd_host_time
 from .cli_campaign import cmd_build, cmd_cases, cmd_records, cmd_tune
 from .cli_inspect import cmd_explain, cmd_replay, cmd_report, cmd_resources, cmd_schema
-from ..tune.settings import Settings
-from ..storage.storage import HEARTBEAT_SECONDS
 
 
 def _add_build(sub: Any) -> None:

@@ -25,12 +25,12 @@ import json
 import sys
 
 from .. import options
+from ..errors import OpgenError
+from ..tune.shard import FROM_STDIN
 from .cli_bench import cmd_bench, cmd_host_time
 from .cli_campaign import cmd_build, cmd_cases, cmd_records, cmd_tune
 from .cli_inspect import cmd_explain, cmd_replay, cmd_report, cmd_resources, cmd_schema
 from .cli_parser import add_verbs
-from ..errors import OpgenError
-from ..tune.shard import FROM_STDIN
 
 
 def parser() -> options.Parser:

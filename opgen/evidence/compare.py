@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..run import bench
 from ..backends import Backend
 from ..errors import OpgenError
 from ..render.render import content_hash
+from ..run import bench
+from ..run.worker import _outputs, prepare_case
 from ..space.space import case_inputs, default_point, evaluate_params, find_variant, forced_point
 from ..spec.spec import OpSpec
-from ..run.worker import _outputs, prepare_case
 
 
 @dataclass(frozen=True)

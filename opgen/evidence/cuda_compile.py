@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from .launches import record
 from ..spec.spec import load_spec
+from .launches import record
 
 FORMAT = 1
 """Version of the cached figures: a change of what is read or how invalidates every entry."""

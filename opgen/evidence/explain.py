@@ -13,16 +13,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..space.case_checks import failing_check
 from ..errors import UsageError
-from ..table.fill_score import leave_one_out, summarize
-from ..spec.hardware import ChipProfile
 from ..render.kernels import kernel_hashes
-from ..spec.keys import key_of, key_text
-from ..storage.records import read_paths, record_path
+from ..space.case_checks import failing_check
 from ..space.space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
+from ..spec.hardware import ChipProfile
+from ..spec.keys import key_of, key_text
 from ..spec.spec import DTYPES, OpSpec
 from ..spec.spec_values import value_kinds
+from ..storage.records import read_paths, record_path
+from ..table.fill_score import leave_one_out, summarize
 from ..table.table import FrozenTable, Row, default_source, frozen_rows
 
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..backends import Backend
-from .compare import case_id
 from ..errors import UsageError
-from .launches import intercepted
-from ..spec.spec import OpSpec
 from ..run.worker import case_arguments
+from ..spec.spec import OpSpec
+from .compare import case_id
+from .launches import intercepted
 
 LAUNCHES = ("none", "real")
 ADD_ELEMENTS = 16  # the add_ beside the ops: x.add_(y) on two float32 tensors of this many elements

@@ -17,9 +17,9 @@ import importlib
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
+from ..run.worker import _outputs
 from ..space.space import case_inputs, evaluate_params
 from ..spec.spec import OpSpec
-from ..run.worker import _outputs
 
 
 class Launch(NamedTuple):

@@ -13,12 +13,12 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..run.bench import geomean
 from ..errors import RecordError
-from ..storage.records import TrialRecord, read
-from ..space.space import Point
-from ..tune.tune import Measured, Settings, make_sampler, search
+from ..run.bench import geomean
 from ..run.worker import Result
+from ..space.space import Point
+from ..storage.records import TrialRecord, read
+from ..tune.tune import Measured, Settings, make_sampler, search
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Mapping
 
+from ..space.space import point_id
 from ..spec.hardware import ChipProfile
 from ..spec.keys import key_text, sort_key
-from ..storage.records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, latest_winners
-from ..tune.settings import Settings
 from ..spec.spec import OpSpec
-from ..space.space import point_id
+from ..storage.records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, latest_winners
 from ..table.table import (checked_frozen_winner, cross_checked, fill_measured, fill_nearest, frozen_rows, read_keyed,
                     split_winners)
+from ..tune.settings import Settings
 
 
 #: An earlier winner (another point) this much faster in its own run than the frozen one is named.

@@ -32,18 +32,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import cuda_compile
-from .cuda_compile import has_nvidia_backend
 from ..errors import UnsupportedInput, UsageError
-from .explain import explain
-from ..spec.hardware import ChipProfile
 from ..render.kernels import kernel_hashes
-from .launches import record
-from ..storage.records import Budget, record_path
 from ..space.space import (budget_bytes, budget_parts, case_inputs, default_point, evaluate_params, find_variant,
                     fixed_values, is_legal, points, variants_for)
+from ..spec.hardware import ChipProfile
 from ..spec.spec import OpSpec
+from ..storage.records import Budget, record_path
 from ..table.table import FrozenTable, frozen_rows
+from . import cuda_compile
+from .cuda_compile import has_nvidia_backend
+from .explain import explain
+from .launches import record
 
 REG_UNIT = 256
 """Registers are allocated a warp at a time, in units of this many (CUDA occupancy calculator, cc

@@ -18,17 +18,17 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .compare import CaseResult, case_id, generated_hash, read_shards
 from ..errors import OpgenError, UsageError
-from .explain import explain
-from ..spec.hardware import ChipProfile
 from ..render.kernels import kernel_hashes
+from ..spec.hardware import ChipProfile
 from ..spec.keys import key_text
-from ..storage.records import TrialRecord, record_path
 from ..spec.spec import OpSpec
+from ..storage.records import TrialRecord, record_path
 from ..storage.storage import open_storage, shown
 from ..table.table import FrozenTable, frozen_rows
 from ..table.table_records import read_keyed
+from .compare import CaseResult, case_id, generated_hash, read_shards
+from .explain import explain
 
 RUNS = Path("benchmarks") / "runs.yaml"
 """The index of the committed benchmark runs and tuning campaigns, per chip and op."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from . import plots
 from ..spec.hardware import ChipProfile
-from .review_data import GOOD, RUNS, BenchRun, Headroom, ReviewData, gather
 from ..spec.spec import OpSpec
 from ..storage.storage import shown
+from . import plots
+from .review_data import GOOD, RUNS, BenchRun, Headroom, ReviewData, gather
 
 
 def write(root: Path, spec: OpSpec, chip: ChipProfile, out: Path, storage: str | None = None) -> list[Path]:

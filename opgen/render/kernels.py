@@ -14,10 +14,10 @@ from typing import Sequence
 import jinja2
 
 from ..errors import BuildError, RenderError
-from ..storage.records import kernel_hash
-from .render import environment, file_hash, header, render
 from ..space.space import variants_for
 from ..spec.spec import OpSpec
+from ..storage.records import kernel_hash
+from .render import environment, file_hash, header, render
 from .wrap import wrap_source
 
 GENERATED = "generated"

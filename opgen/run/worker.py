@@ -22,12 +22,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import bench
 from ..backends import get_backend
-from .lifetime import death, die_with_parent, track, untrack
 from ..errors import WorkerError
-from ..storage.records import STATUSES  # noqa: F401  (a Result's status is one of them)
 from ..space.space import case_inputs, evaluate_params
+from ..storage.records import STATUSES  # noqa: F401  (a Result's status is one of them)
+from . import bench
+from .lifetime import death, die_with_parent, track, untrack
 
 # Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
 # NVIDIA; BiShengIR's "ub overflow" on Ascend).

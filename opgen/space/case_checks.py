@@ -17,9 +17,9 @@ from ..errors import BuildError, ExprError, OpgenError
 from ..spec.expr import Expr, is_finite_number
 from ..spec.hardware import PROFILES, ChipProfile
 from ..spec.keys import split_key_field
+from ..spec.spec import Check, OpSpec
 from .space import (Point, Variant, all_variants, budget_formula, budget_parts, case_inputs, cores_or_none,
                     default_point, evaluate_params, fixed_values, is_legal)
-from ..spec.spec import Check, OpSpec
 
 
 def check_cases(spec: OpSpec) -> int:

@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .case_checks import case_problem as built_problem
 from ..errors import ExprError, SpecError, UsageError
-from .space import Variant, case_inputs, evaluate_params, is_legal, variants_for
 from ..spec.spec import OpSpec, Sampling
+from .case_checks import case_problem as built_problem
+from .space import Variant, case_inputs, evaluate_params, is_legal, variants_for
 
 TRIES = 1000
 """Draws in a row that may fail the spec before the sampling region is called too narrow."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ..spec.hardware import ChipProfile
 from ..spec.keys import key_text
-from .plan import StudyPlan
 from ..spec.spec import OpSpec
+from .plan import StudyPlan
 
 
 def dry_run_table(spec: OpSpec, profile: ChipProfile, plans: list[StudyPlan]) -> str:

@@ -14,9 +14,9 @@ from typing import Any, Iterable
 from ..errors import UsageError
 from ..spec.hardware import ChipProfile
 from ..spec.keys import key_of
+from ..spec.spec import OpSpec
 from .space import (Point, SpaceCount, Variant, case_inputs, default_point, evaluate_params, is_legal,
                     points, variants_for)
-from ..spec.spec import OpSpec
 
 
 @dataclass(frozen=True)

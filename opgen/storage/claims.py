@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..errors import StorageError
 from .db import advisory_key, first_line, shown, worker_id
 from .db_records import TABLE as RECORDS
-from ..errors import StorageError
 
 TABLE = "opgen_claims"
 

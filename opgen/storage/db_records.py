@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from .db import advisory_key, engine, first_line, shown
 from ..errors import StorageError
+from .db import advisory_key, engine, first_line, shown
 from .records import Record, append_missing, from_line
 
 TABLE = "opgen_records"

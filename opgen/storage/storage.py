@@ -27,9 +27,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..errors import OpgenError, StorageError
 from . import claims, db_records
 from .db import advisory_key, engine, first_line, is_postgres, is_url, shown
-from ..errors import OpgenError, StorageError
 
 HEARTBEAT_SECONDS = 10
 """Seconds between two heartbeats of a running trial on a PostgreSQL storage (``--heartbeat``)."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Literal, Mapping
 
-from ..space.case_checks import failing_check
 from ..errors import ExprError, RecordError, SpecError
-from ..spec.keys import Key, bucket_index, key_of, split_key_field
+from ..space.case_checks import failing_check
 from ..space.space import case_inputs
+from ..spec.keys import Key, bucket_index, key_of, split_key_field
 from ..spec.spec import OpSpec
 
 Corner = Literal["low", "high", "case"]

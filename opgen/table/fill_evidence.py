@@ -16,14 +16,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from .bucket_shapes import case_params, edge_params
 from ..errors import BuildError, ExprError, RecordError, SpecError
-from .fill_measured import run_shares
+from ..space.space import carried, carried_clamped, default_point, parse_point_name, point_id
 from ..spec.hardware import ChipProfile
 from ..spec.keys import Key, sort_key
-from ..storage.records import CheckRecord, Record, TrialRecord, WinnerRecord, latest_measure_runs
-from ..space.space import carried, carried_clamped, default_point, parse_point_name, point_id
 from ..spec.spec import OpSpec
+from ..storage.records import CheckRecord, Record, TrialRecord, WinnerRecord, latest_measure_runs
+from .bucket_shapes import case_params, edge_params
+from .fill_measured import run_shares
 
 __all__ = ["DEFAULT", "Candidate", "Bucket", "Evidence", "candidates", "measured_buckets", "tuned_shares", "gather"]
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from .bucket_shapes import case_params, edge_params
 from ..errors import RecordError
-from .fill_nearest import nearest_order
-from .fits import point_fits, serves_bucket
+from ..space.space import carried_clamped, default_point, point_id
 from ..spec.hardware import ChipProfile
 from ..spec.keys import Key, sort_key, split_key_field
-from ..storage.records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
-from ..space.space import carried_clamped, default_point, point_id
 from ..spec.spec import OpSpec
+from ..storage.records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
+from .bucket_shapes import case_params, edge_params
+from .fill_nearest import nearest_order
+from .fits import point_fits, serves_bucket
 from .table_rows import Row
 
 DEFAULT_SOURCE = "spec default"  # a measure record's source when its point is the bucket's default

@@ -10,13 +10,13 @@ import dataclasses
 import itertools
 from typing import Any, Callable, Iterable, Mapping
 
-from .bucket_shapes import bucket_corner, free_fields
-from .fits import legal_across, point_fits
+from ..space.space import clamped, default_point
 from ..spec.hardware import ChipProfile
 from ..spec.keys import Key, sort_key, split_key_field
-from ..storage.records import WinnerRecord
-from ..space.space import clamped, default_point
 from ..spec.spec import OpSpec
+from ..storage.records import WinnerRecord
+from .bucket_shapes import bucket_corner, free_fields
+from .fits import legal_across, point_fits
 from .table_rows import FrozenTable, Row
 
 def leave_one_out_fill(spec: OpSpec, chip: ChipProfile, tuned: Mapping[Key, WinnerRecord], key: Key,

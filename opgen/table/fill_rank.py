@@ -23,14 +23,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from .bucket_shapes import bucket_corner, case_params, edge_params
 from ..errors import RecordError
-from .fill_evidence import DEFAULT, Bucket, Candidate, Evidence, candidates, gather, measured_buckets, tuned_shares
-from .fits import serves_bucket
+from ..space.space import carried, clamped as clamp_to, constraint_failed
 from ..spec.hardware import ChipProfile
 from ..spec.keys import Key, sort_key, split_key_field
-from ..space.space import carried, clamped as clamp_to, constraint_failed
 from ..spec.spec import OpSpec
+from .bucket_shapes import bucket_corner, case_params, edge_params
+from .fill_evidence import DEFAULT, Bucket, Candidate, Evidence, candidates, gather, measured_buckets, tuned_shares
+from .fits import serves_bucket
 
 __all__ = ["RankParams", "Candidate", "Bucket", "Evidence", "Choice", "DEFAULT", "candidates", "gather",
            "measured_buckets", "tuned_shares", "distance", "rank_fill", "target_case", "fill_ranked"]

@@ -25,16 +25,16 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
+from ..render.kernels import kernel_hashes
+from ..space.space import carried, point_id
+from ..spec.hardware import ChipProfile, profile
+from ..spec.keys import Key, key_text, sort_key
+from ..spec.spec import OpSpec, load_spec
+from ..storage.records import Record, WinnerRecord, record_path
 from .fill_evidence import DEFAULT, Bucket, Candidate, Evidence, candidates, measured_buckets, tuned_shares
 from .fill_measured import fill_measured
 from .fill_nearest import leave_one_out_fill, stand_ins
 from .fill_rank import RankParams, distance, rank_fill
-from ..spec.hardware import ChipProfile, profile
-from ..render.kernels import kernel_hashes
-from ..spec.keys import Key, key_text, sort_key
-from ..storage.records import Record, WinnerRecord, record_path
-from ..space.space import carried, point_id
-from ..spec.spec import OpSpec, load_spec
 from .table_records import once, read_keyed, records_key, split_winners
 
 __all__ = ["LOSS", "LooRow", "LooSummary", "summarize", "leave_one_out", "FillGate", "fill_gate", "gate_report",

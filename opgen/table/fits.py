@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .bucket_shapes import case_params as _params, edge_params, low_params
+from ..space.space import budget_bytes, find_variant, fixed_values, is_legal
 from ..spec.hardware import ChipProfile
 from ..spec.keys import Key
-from ..storage.records import WinnerRecord
-from ..space.space import budget_bytes, find_variant, fixed_values, is_legal
 from ..spec.spec import OpSpec
+from ..storage.records import WinnerRecord
+from .bucket_shapes import case_params as _params, edge_params, low_params
 
 __all__ = ["fits_case", "point_fits", "legal_across", "serves_bucket"]
 

@@ -27,14 +27,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..spec.hardware import ChipProfile
+from ..spec.keys import Key, sort_key
+from ..spec.spec import OpSpec
+from ..storage.records import CheckRecord, Record, WinnerRecord
 from .bucket_shapes import case_params
 from .fill_measured import MeasuredFill, fill_measured
 from .fill_nearest import default_source, fill_nearest, fill_targets, leave_one_out_fill, nearest_rows, stand_ins
 from .fill_rank import fill_ranked, gather
-from ..spec.hardware import ChipProfile
-from ..spec.keys import Key, sort_key
-from ..storage.records import CheckRecord, Record, WinnerRecord
-from ..spec.spec import OpSpec
 from .table_records import once, read_keyed, read_keyed_moved, records_key, split_winners
 from .table_rows import CrossChecked, FrozenTable, Row, StaleWinner, measured_by, measured_kind, toolchains_of
 

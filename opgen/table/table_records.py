@@ -13,15 +13,15 @@ import hashlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from .bucket_shapes import case_params, low_params, plain_fields
 from ..errors import BudgetError, ExprError, RecordError, SpecError
-from .fill_measured import measured_choice
-from .fits import _fits
+from ..space.space import constraint_failed, find_variant, fixed_values, is_legal, parse_point_name, point_id
 from ..spec.hardware import ChipProfile, figures
 from ..spec.keys import Key, key_of, key_text
-from ..storage.records import MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, read, read_paths
-from ..space.space import constraint_failed, find_variant, fixed_values, is_legal, parse_point_name, point_id
 from ..spec.spec import OpSpec
+from ..storage.records import MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, read, read_paths
+from .bucket_shapes import case_params, low_params, plain_fields
+from .fill_measured import measured_choice
+from .fits import _fits
 from .table_rows import StaleWinner
 
 def once(cache: dict[tuple[Any, ...], tuple[OpSpec, Any]], memo: tuple[Any, ...], spec: OpSpec,

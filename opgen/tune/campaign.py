@@ -17,25 +17,25 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..backends import get_backend
-from ..storage.claims import Claims
-from .cross_check import cross_report
-from ..storage.db_records import RecordTable, export
 from ..errors import UnsupportedInput
-from ..table.fill_measured import current_measures, fill_measured
-from ..spec.hardware import ChipProfile
 from ..render.kernels import kernel_hashes, stale_kernels
-from ..spec.keys import key_text
 from ..run.lifetime import stop_workers_on_signals
-from .measure_fill import (FILL_HEADER, MeasureInputs, bucket_candidates, bucket_report, candidates, earlier_runs,
-                           outrun, outrun_line, run_name)
 from ..space.plan import buckets, rival_plans
-from ..storage.records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, append as append_records
-from .settings import CampaignConfig, Settings
 from ..space.space import Point
+from ..spec.hardware import ChipProfile
+from ..spec.keys import key_text
 from ..spec.spec import OpSpec
+from ..storage.claims import Claims
+from ..storage.db_records import RecordTable, export
+from ..storage.records import CheckRecord, MeasureRecord, Record, TrialRecord, WinnerRecord, append as append_records
 from ..storage.storage import HEARTBEAT_SECONDS, is_postgres, mend_journal, open_storage, shown, storage_errors
+from ..table.fill_measured import current_measures, fill_measured
 from ..table.table import filled_rows
 from ..table.table_records import fresh_winners, read_keyed, rekeyed, split_winners
+from .cross_check import cross_report
+from .measure_fill import (FILL_HEADER, MeasureInputs, bucket_candidates, bucket_report, candidates, earlier_runs,
+                           outrun, outrun_line, run_name)
+from .settings import CampaignConfig, Settings
 from .tune import Campaign, Sink
 
 __all__ = ["open_storage", "mend_journal", "record_sink", "summary", "open_campaign", "earlier_winners", "TuneRun",

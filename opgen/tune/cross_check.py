@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..table.fill_nearest import leave_one_out_fill
-from ..table.fits import fits_case
-from ..spec.hardware import ChipProfile
-from ..spec.keys import key_text, sort_key
 from ..space.plan import Bucket
 from ..space.space import Point
+from ..spec.hardware import ChipProfile
+from ..spec.keys import key_text, sort_key
 from ..spec.spec import OpSpec
+from ..table.fill_nearest import leave_one_out_fill
+from ..table.fits import fits_case
 
 
 @dataclass(frozen=True)

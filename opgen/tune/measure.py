@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
 
-from ..spec.hardware import ChipProfile
-from ..space.plan import Bucket
-from .search import Measured
-from ..space.space import Point, Variant, budget_bytes
-from ..spec.spec import OpSpec
 from ..run.worker import Result, Task, Worker
+from ..space.plan import Bucket
+from ..space.space import Point, Variant, budget_bytes
+from ..spec.hardware import ChipProfile
+from ..spec.spec import OpSpec
+from .search import Measured
 
 TaskOf = Callable[..., Task]
 """``task_of(point, case, timed=True, protocol=None)``: the task of a point on a case."""

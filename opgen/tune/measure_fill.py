@@ -20,15 +20,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
+from ..space.plan import Bucket
+from ..space.space import Point, carried_clamped, case_inputs, default_point, evaluate_params, point_id
 from ..spec.hardware import ChipProfile
 from ..spec.keys import Key, key_text, sort_key
-from ..space.plan import Bucket
+from ..spec.spec import OpSpec
 from ..storage.records import MeasureRecord, Record, WinnerRecord, latest_measure_runs
 from ..table.bucket_shapes import edge_params
 from ..table.fill_measured import DEFAULT_SOURCE
 from ..table.fits import point_fits, serves_bucket
-from ..space.space import Point, carried_clamped, case_inputs, default_point, evaluate_params, point_id
-from ..spec.spec import OpSpec
 
 
 @dataclass(frozen=True)

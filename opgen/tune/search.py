@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..run.bench import geomean
-from .settings import Settings
-from ..storage.db import worker_id
-from ..space.space import Point
-from ..storage.storage import Heartbeat, heartbeat_seconds
 from ..run.worker import Result, timeout_of_reason
+from ..space.space import Point
+from ..storage.db import worker_id
+from ..storage.storage import Heartbeat, heartbeat_seconds
+from .settings import Settings
 
 
 @dataclass

@@ -10,12 +10,12 @@ from typing import Any, Callable, Sequence
 
 from ..run import bench
 from ..run.bench import geomean
+from ..run.worker import Worker
 from ..space.plan import Bucket
-from .search import Measured
-from .settings import Settings
 from ..space.space import Point, Variant, find_variant
 from ..spec.spec import OpSpec
-from ..run.worker import Worker
+from .search import Measured
+from .settings import Settings
 
 Remeasure = Callable[[list[Point], Bucket], dict[Point, float]]
 

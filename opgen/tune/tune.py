@@ -21,18 +21,18 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from ..run import bench
+from ..run.worker import Result, Task, Worker
+from ..space.plan import Bucket, StudyPlan, buckets, plan, rival_plans
+from ..space.space import Point, Variant, forced_point
+from ..spec.keys import key_text
 from . import cross_check as cross_check_mod, measure as measure_mod, measure_fill as measure_fill_mod
 from . import side_by_side as sbs
 from .cross_check import CrossCheck
 from .measure_fill import FillMeasure
-from ..spec.keys import key_text
-from ..space.plan import Bucket, StudyPlan, buckets, plan, rival_plans
 from .search import Measured, completed, make_sampler, search, stored_points, timed_out_under
 from .settings import CampaignConfig, Settings
 from .shard import shard_plans
 from .side_by_side import tie_break
-from ..space.space import Point, Variant, forced_point
-from ..run.worker import Result, Task, Worker
 
 Sink = Callable[..., None]  # (kind, fields) and, for a winner under a claim, holder=
 """The records writer: (kind, the fields of one record, or a list of them written together)."""
