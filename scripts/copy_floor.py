@@ -19,10 +19,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from opgen import bench, compare  # noqa: E402
+from opgen.run import bench
+from opgen.evidence import compare  # noqa: E402
 from opgen.backends import get_backend  # noqa: E402
-from opgen.spec import load_spec  # noqa: E402
-from opgen.worker import prepare_case  # noqa: E402
+from opgen.spec.spec import load_spec  # noqa: E402
+from opgen.run.worker import prepare_case  # noqa: E402
 
 
 def main(op: str, cases: str, device: str = "cuda:0") -> None:

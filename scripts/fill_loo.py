@@ -5,7 +5,7 @@ measured candidates. Prints per bucket the fill's source (a tuned or measured ke
 a bucket where the spec's default ran fastest is nearer than any row, or none serves) and the
 fastest candidate's time over the fill's, as the measured fill weighs runs: each run's fastest
 over the point's time in it, geometric mean over the bucket's runs that timed it
-(``opgen.fill_measured.run_shares``); then the geomean and the minimum. With ``--no-kept`` the
+(``opgen.table.fill_measured.run_shares``); then the geomean and the minimum. With ``--no-kept`` the
 measured buckets where the default ran fastest are no sources of the fill.
 Runs on the CPU:
 
@@ -20,17 +20,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opgen.bench import geomean  # noqa: E402
-from opgen.hardware import profile  # noqa: E402
-from opgen.kernels import kernel_hashes  # noqa: E402
-from opgen.keys import sort_key  # noqa: E402
-from opgen.records import latest_measure_runs, record_path  # noqa: E402
-from opgen.bucket_shapes import edge_params  # noqa: E402
-from opgen.space import carried_clamped, case_inputs, evaluate_params, point_id  # noqa: E402
-from opgen.spec import load_spec  # noqa: E402
-from opgen.fill_measured import fill_measured, run_shares  # noqa: E402
-from opgen.fill_nearest import leave_one_out_fill, stand_ins  # noqa: E402
-from opgen.table_records import read_keyed, split_winners  # noqa: E402
+from opgen.run.bench import geomean  # noqa: E402
+from opgen.spec.hardware import profile  # noqa: E402
+from opgen.render.kernels import kernel_hashes  # noqa: E402
+from opgen.spec.keys import sort_key  # noqa: E402
+from opgen.storage.records import latest_measure_runs, record_path  # noqa: E402
+from opgen.table.bucket_shapes import edge_params  # noqa: E402
+from opgen.space.space import carried_clamped, case_inputs, evaluate_params, point_id  # noqa: E402
+from opgen.spec.spec import load_spec  # noqa: E402
+from opgen.table.fill_measured import fill_measured, run_shares  # noqa: E402
+from opgen.table.fill_nearest import leave_one_out_fill, stand_ins  # noqa: E402
+from opgen.table.table_records import read_keyed, split_winners  # noqa: E402
 
 
 def main() -> int:

@@ -19,15 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opgen.bench import geomean  # noqa: E402
-from opgen.compare import case_id  # noqa: E402
-from opgen.explain import explain  # noqa: E402
-from opgen.hardware import profile  # noqa: E402
-from opgen.kernels import kernel_hashes  # noqa: E402
-from opgen.records import latest_measure_runs, record_path  # noqa: E402
-from opgen.space import point_id  # noqa: E402
-from opgen.spec import load_spec  # noqa: E402
-from opgen.table import frozen_rows, read_keyed  # noqa: E402
+from opgen.run.bench import geomean  # noqa: E402
+from opgen.evidence.compare import case_id  # noqa: E402
+from opgen.evidence.explain import explain  # noqa: E402
+from opgen.spec.hardware import profile  # noqa: E402
+from opgen.render.kernels import kernel_hashes  # noqa: E402
+from opgen.storage.records import latest_measure_runs, record_path  # noqa: E402
+from opgen.space.space import point_id  # noqa: E402
+from opgen.spec.spec import load_spec  # noqa: E402
+from opgen.table.table import frozen_rows, read_keyed  # noqa: E402
 
 
 def main(op: str, chip_name: str, cases: str, measured: str) -> None:

@@ -5,7 +5,7 @@ inputs against contiguous. Issue-style targets are printed beside the figures; n
 For each op and each case of a spec case set (default ``host``; ``bench`` for the shapes the
 tables were tuned on), the inputs on the device, then:
 
-Host microseconds per call (``opgen.bench.host_overhead``: calls queued back to back behind a
+Host microseconds per call (``opgen.run.bench.host_overhead``: calls queued back to back behind a
 held device, so the host never waits for it; the median over ``--rounds`` rounds of ``--calls``):
 
     add_              one torch ``add_`` on two 16-element tensors on the device, for scale
@@ -23,7 +23,7 @@ held device, so the host never waits for it; the median over ``--rounds`` rounds
 
 Wall microseconds per call (``wall_*``: ``--calls`` calls back to back, no hold, synchronised at
 the end: what a loop of calls costs, host and device together) for eager, compiled, block_eager,
-block_compiled, reduce_overhead and graph; and device milliseconds (``opgen.bench.measure``:
+block_compiled, reduce_overhead and graph; and device milliseconds (``opgen.run.bench.measure``:
 events, the cache flushed, the median) of eager, eager_strided and eager_transposed.
 
 Also per case: the compiled call's and block's graph breaks, and the largest difference of the
@@ -49,13 +49,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from opgen import bench  # noqa: E402
+from opgen.run import bench  # noqa: E402
 from opgen.backends import get_backend  # noqa: E402
 from opgen.baselines.strided import activations, strided_view  # noqa: E402
-from opgen.compare import case_id  # noqa: E402
-from opgen.host_time import host_description  # noqa: E402
-from opgen.spec import load_spec  # noqa: E402
-from opgen.worker import case_arguments  # noqa: E402
+from opgen.evidence.compare import case_id  # noqa: E402
+from opgen.evidence.host_time import host_description  # noqa: E402
+from opgen.spec.spec import load_spec  # noqa: E402
+from opgen.run.worker import case_arguments  # noqa: E402
 
 HOST = ("add_", "eager", "eager_strided", "eager_transposed", "compiled", "block_eager", "block_compiled",
         "reduce_overhead", "graph")

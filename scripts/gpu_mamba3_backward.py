@@ -13,7 +13,7 @@ Cases: upstream's official grid, B=4 S=2048 H=16 G=1 bf16 with D, over the (N, P
 theta as the angles (``raw_angles=False``, what upstream's wrapper takes).
 
 Per case, each side is called once (its first-call seconds, compiles included), then timed in
-interleaved rounds (``opgen.bench.side_by_side``: cache flushed, device held, the median of device
+interleaved rounds (``opgen.run.bench.side_by_side``: cache flushed, device held, the median of device
 milliseconds): ``ours``, ``upstream`` (the wrapper's steps, kernels built once) and, with
 ``--wrapper``, ``wrapper`` (``mamba_mimo_bwd_combined`` itself, builder calls included). Each
 gradient of ours is compared with upstream's: rel. L2 in float64, and "agrees" when it is at most
@@ -45,13 +45,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from opgen import bench  # noqa: E402
-from opgen.accuracy import rel_l2  # noqa: E402
+from opgen.run import bench  # noqa: E402
+from opgen.run.accuracy import rel_l2  # noqa: E402
 from opgen.backends import get_backend  # noqa: E402
 from opgen.baselines import mamba3_mimo_backward as upstream  # noqa: E402
-from opgen.compare import case_id  # noqa: E402
+from opgen.evidence.compare import case_id  # noqa: E402
 from opgen.references.mamba3_mimo_forward import make_inputs  # noqa: E402
-from opgen.spec import load_spec  # noqa: E402
+from opgen.spec.spec import load_spec  # noqa: E402
 
 BF16_UNIT_ROUNDOFF = 2.0 ** -8
 

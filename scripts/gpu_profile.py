@@ -36,9 +36,9 @@ def run_case(op: str, cases: str, name: str, device: str = "cuda:0") -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from opgen.compare import case_id
-    from opgen.spec import load_spec
-    from opgen.worker import case_arguments
+    from opgen.evidence.compare import case_id
+    from opgen.spec.spec import load_spec
+    from opgen.run.worker import case_arguments
 
     spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
     rows = [row for row in spec.expand_cases(cases) if case_id(row) == name]

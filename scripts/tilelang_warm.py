@@ -34,8 +34,8 @@ def configs(root: Path, op: str, case_sets: list[str], static: bool = False, dyn
     from dataclasses import replace
 
     from opgen.baselines.mamba3_mimo_bwd_fwd import kernel_config
-    from opgen.space import case_inputs
-    from opgen.spec import load_spec
+    from opgen.space.space import case_inputs
+    from opgen.spec.spec import load_spec
 
     spec = load_spec(root / "specs" / f"{op}.yaml", root)
     found: dict = {}

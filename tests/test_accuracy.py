@@ -1,4 +1,4 @@
-"""Metrics, dual benchmark and domain check of opgen.accuracy on constructed and simulated cases."""
+"""Metrics, dual benchmark and domain check of opgen.run.accuracy on constructed and simulated cases."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from opgen.accuracy import (CRITERIA, AccuracyError, check_all, criteria_for, domain_check,
+from opgen.run.accuracy import (CRITERIA, AccuracyError, check_all, criteria_for, domain_check,
                             dual_benchmark, max_abs_rel, max_rel, mere, rel_l2)
 from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32
 

@@ -48,10 +48,10 @@ def test_odd_n_and_bad_groups():
 def test_stage0_baseline_runs_the_forced_variant(x):
     from pathlib import Path
 
-    from opgen.compare import variant_baseline
-    from opgen.hardware import profile
+    from opgen.evidence.compare import variant_baseline
+    from opgen.spec.hardware import profile
     from opgen.references.mamba3_mimo_bwd_fwd import golden
-    from opgen.spec import load_spec
+    from opgen.spec.spec import load_spec
 
     root = Path(__file__).resolve().parents[1]
     spec = load_spec(root / "specs" / "mamba3_mimo_bwd_fwd.yaml", root)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from opgen import freeze
+from opgen.build import freeze
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -94,7 +94,7 @@ class _RecordingBackend:
 
 
 def test_each_timed_call_follows_a_flush_and_a_hold():
-    from opgen import bench
+    from opgen.run import bench
 
     backend = _RecordingBackend()
     times = bench.measure(backend, lambda: backend.log.append("call"), bench.Protocol(warmup=1, repeat=2))
@@ -112,7 +112,7 @@ def test_each_timed_call_follows_a_flush_and_a_hold():
 def test_the_hold_before_a_timed_call_covers_its_host_work():
     import time
 
-    from opgen import bench
+    from opgen.run import bench
 
     backend = _RecordingBackend()
     bench.measure(backend, lambda: time.sleep(0.004), bench.Protocol(warmup=0, repeat=2))
@@ -122,7 +122,7 @@ def test_the_hold_before_a_timed_call_covers_its_host_work():
 
 
 def test_side_by_side_keeps_the_protocols_flush():
-    from opgen import bench
+    from opgen.run import bench
 
     backend = _RecordingBackend()
     bench.side_by_side(backend, {"a": lambda: None}, rounds=2, protocol=bench.Protocol(warmup=2, repeat=4, dirty=True))
@@ -131,7 +131,7 @@ def test_side_by_side_keeps_the_protocols_flush():
 
 
 def test_host_overhead_queues_the_calls_behind_a_held_device():
-    from opgen import bench
+    from opgen.run import bench
 
     backend = _RecordingBackend()
     seconds = bench.host_overhead(backend, lambda: backend.log.append("call"), calls=3)

@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from opgen.errors import ExprError, SpecError
-from opgen.expr import MAX_BITS, MAX_ITEMS, bounded, bounded_pow, parse, python_helpers
-from opgen.spec import load_spec
+from opgen.spec.expr import MAX_BITS, MAX_ITEMS, bounded, bounded_pow, parse, python_helpers
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 GLA = ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml"
@@ -274,7 +274,7 @@ BUDGET = '"BLOCK * 4 * (2 if multibuffer else 1)"'
     ("when: bias_given", "when: \"bias_given + 'x'\"", "signature.outputs.y_plus.when cannot be evaluated"),
 ])
 def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, expected):
-    from opgen.case_checks import check_cases
+    from opgen.space.case_checks import check_cases
     from opgen.errors import BuildError
 
     root = _toy(tmp_path)
@@ -304,7 +304,7 @@ def test_the_build_evaluates_every_formula_on_every_case(tmp_path, old, new, exp
 ])
 def test_a_template_that_would_recurse_or_loop_without_end_is_named(tmp_path, body, expected):
     from opgen.errors import RenderError
-    from opgen.render import environment, render
+    from opgen.render.render import environment, render
 
     (tmp_path / "t.py.j2").write_text(f"x = 1  # {body}\n")
     with pytest.raises(RenderError) as info:
@@ -340,7 +340,7 @@ def test_the_command_line_takes_ops_by_name_and_records_as_files(tmp_path):
 
 def test_a_records_line_with_a_key_twice_is_refused_naming_the_line(tmp_path):
     from opgen.errors import RecordError
-    from opgen.records import read
+    from opgen.storage.records import read
 
     lines = (ROOT / "records" / "h200" / "chunk_gla_fwd_o_gk.jsonl").read_text().splitlines()[:2]
     doubled = lines[1].replace('{', '{"median_ms":-1.0,', 1)  # JSON would keep the later value silently
@@ -364,7 +364,7 @@ def test_a_constraint_that_would_hang_the_dry_run_is_named(tmp_path):
 # --- command line settings: refused before any work, a dry run included ----------------------------
 def _main(capsys, *args: str) -> tuple[int, str]:
     """``opgen --root <toy> args`` in this process: its exit status and what it printed on stderr."""
-    from opgen.cli import main
+    from opgen.cli.main import main
 
     try:
         code = main(["--root", str(TOY), *args])
@@ -465,7 +465,7 @@ def test_a_file_that_cannot_be_written_is_named_not_a_traceback(capsys):
 @pytest.mark.parametrize("kind", ["loop", "fifo", "folder"])
 def test_a_records_file_that_is_no_file_is_refused_not_read_as_empty(tmp_path, kind):
     from opgen.errors import RecordError
-    from opgen.records import read
+    from opgen.storage.records import read
 
     path = tmp_path / "toy_op.jsonl"
     if kind == "loop":
@@ -522,7 +522,7 @@ EXPLAIN = ("explain", "chunk_gla_fwd_o_gk", "--chip", "h200", "B=2", "H=4", "K=1
     (("T=1024", "use_exp2=maybe"), 2, "use_exp2=maybe: expected a bool"),
 ])
 def test_explain_refuses_the_calls_the_op_refuses(capsys, words, code, expected):
-    from opgen.cli import main
+    from opgen.cli.main import main
 
     status = main(["--root", str(ROOT), *EXPLAIN, *words])
     out, err = capsys.readouterr()
@@ -541,7 +541,7 @@ def test_bench_on_a_device_this_host_lacks_says_so(capsys, args, expected):
 
     if torch.cuda.is_available() or importlib.util.find_spec("torch_npu") is not None:
         pytest.skip("this host has a device: the refusals are for one without")
-    from opgen.cli import main
+    from opgen.cli.main import main
 
     code = main(["--root", str(ROOT), "bench", "chunk_gla_fwd_o_gk", "--baseline", "fla", "--cases", "bench", *args])
     err = capsys.readouterr().err

@@ -12,8 +12,8 @@ import torch
 from opgen.baselines import mamba3_mimo_bwd_bwd as tl
 from opgen.errors import UnsupportedInput
 from opgen.references.mamba3_mimo_bwd_bwd import make_inputs
-from opgen.spec import load_spec
-from opgen.worker import resolve
+from opgen.spec.spec import load_spec
+from opgen.run.worker import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = dict(B=2, S=16, H=4, G=2, N=32, P=4, R=2, chunk_size=8)

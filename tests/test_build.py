@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from opgen import freeze
-from opgen.cli import main
-from opgen.render import HEADER_LINES
+from opgen.build import freeze
+from opgen.cli.main import main
+from opgen.render.render import HEADER_LINES
 
 ROOT = Path(__file__).resolve().parents[1]
 

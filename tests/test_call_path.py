@@ -4,7 +4,7 @@ same outputs; any other call runs every check, so a bad argument is still named.
 import pytest
 import torch
 
-from opgen.launches import recording
+from opgen.evidence.launches import recording
 from opgen.references.chunk_gla_fwd_o_gk import make_inputs
 
 

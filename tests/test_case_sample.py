@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opgen import case_sample
+from opgen.space import case_sample
 from opgen.errors import SpecError, UsageError
-from opgen.expr import parse
-from opgen.space import case_inputs, evaluate_params, is_legal, variants_for
-from opgen.spec import load_spec, sampled_cases_path
+from opgen.spec.expr import parse
+from opgen.space.space import case_inputs, evaluate_params, is_legal, variants_for
+from opgen.spec.spec import load_spec, sampled_cases_path
 
 ROOT = Path(__file__).resolve().parents[1]
 OP = "chunk_gla_fwd_o_gk"
@@ -226,7 +226,7 @@ def test_a_case_file_that_clashes_or_is_no_mapping_is_refused(tmp_path):
 
 
 def test_bench_set_forces_a_value_in_every_case_and_runs_repeats_once(gla):
-    from opgen.cli_bench import with_values
+    from opgen.cli.cli_bench import with_values
 
     rows = gla.expand_cases("users_holdout")
     forced = with_values(gla, rows, ["use_exp2=true"])
@@ -241,7 +241,7 @@ def test_bench_set_forces_a_value_in_every_case_and_runs_repeats_once(gla):
 
 
 def test_opgen_cases_checks_writes_and_refuses_an_op_without_sampling(tmp_path, capsys):
-    from opgen import cli
+    from opgen.cli import main as cli
 
     assert cli.main(["--root", str(ROOT), "cases", OP, "--check"]) == 0
     assert cli.main(["--root", str(ROOT), "cases", OP, "--seed", "15", "--check"]) == 1

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from opgen import cli
-from opgen.compare import CaseResult, agreement, case_id, generated_hash, table, worst_agreement
-from opgen.spec import load_spec
+from opgen.cli import main as cli
+from opgen.evidence.compare import CaseResult, agreement, case_id, generated_hash, table, worst_agreement
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["states", "qk_dot", "dmimo_o", "dmimo_z", "dz"]
@@ -89,7 +89,7 @@ def test_merged_shards_carry_the_agreement_into_the_table(tmp_path, capsys):
 
 
 def test_bench_on_devices_writes_the_merged_json_with_the_agreement(tmp_path, monkeypatch, capsys):
-    from opgen import shard
+    from opgen.tune import shard
 
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     ids = [case_id(row) for row in spec.expand_cases("official")]
@@ -120,7 +120,8 @@ def test_run_case_measures_each_outputs_agreement_with_the_baseline(monkeypatch)
     dmimo_o scaled by 1.01, so every output agrees exactly but dmimo_o (rel. L2 0.01 / 1.01)."""
     import types
 
-    from opgen import bench, compare
+    from opgen.run import bench
+    from opgen.evidence import compare
     from opgen.backends.interpreter import InterpreterBackend
     from opgen.references.mamba3_mimo_bwd_fwd import reference_fp32
 
@@ -171,7 +172,9 @@ def test_a_case_that_raises_is_named_and_the_others_still_make_the_table(tmp_pat
     to make a table without the case, naming what it raised."""
     import types
 
-    from opgen import bench, compare, shard
+    from opgen.run import bench
+    from opgen.evidence import compare
+    from opgen.tune import shard
     from opgen.backends.interpreter import InterpreterBackend
 
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
@@ -220,7 +223,8 @@ def test_a_contender_that_raises_while_timed_is_named(monkeypatch):
 
     import torch
 
-    from opgen import bench, compare
+    from opgen.run import bench
+    from opgen.evidence import compare
     from opgen.backends.interpreter import InterpreterBackend
 
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
@@ -233,7 +237,7 @@ def test_a_contender_that_raises_while_timed_is_named(monkeypatch):
         return (torch.zeros(3),)
 
     monkeypatch.setitem(sys.modules, f"generated.{spec.op}", types.SimpleNamespace(**{spec.op: flaky}))
-    monkeypatch.setattr("opgen.accuracy.rel_l2", lambda a, b: 0.0)
+    monkeypatch.setattr("opgen.run.accuracy.rel_l2", lambda a, b: 0.0)
     monkeypatch.setattr(compare, "agreement", lambda names, ours, base: {})
     row = dict(B=1, S=16, H=2, G=1, N=4, P=4, R=2, chunk_size=8, dtype="bfloat16")
     with pytest.raises(compare.CaseFailed, match=r"^ours, timed: RuntimeError: CUDA error: an illegal memory"):
@@ -246,7 +250,7 @@ def test_the_floor_summary_names_the_worst_case_and_sets_the_launch_bound_ones_a
     """Beside the geomean over every case, the summary names the worst fraction of the memory
     floor and, where some cases' floor is under 20 us (launch-bound calls), the geomean and worst
     over the others; an op without a traffic formula (NaN floors) gets neither."""
-    from opgen.compare import LAUNCH_BOUND_MS
+    from opgen.evidence.compare import LAUNCH_BOUND_MS
 
     tiny = dataclasses.replace(_result("B1-tiny"), floor_ms=0.0001, ours_ms=0.0064, base_ms=0.01)
     big = [dataclasses.replace(_result(f"B8-{i}"), floor_ms=f, ours_ms=0.1, base_ms=0.125)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from opgen.errors import UsageError
-from opgen.explain import explain, parse_values, text
-from opgen.hardware import profile
-from opgen.spec import load_spec
+from opgen.evidence.explain import explain, parse_values, text
+from opgen.spec.hardware import profile
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 GLA = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
@@ -92,10 +92,10 @@ def test_every_case_runs_a_point_its_variant_allows_there(spec):
     variant legal there with the tunables it fixes at their values there: a row filled from
     another bucket never hands over a tile the variant's kernel asserts against (vloop's one K
     tile, pow2(K) wide, tuned at K = 64 and filled into K = 96)."""
-    from opgen.records import record_path
-    from opgen.kernels import kernel_hashes
-    from opgen.space import case_inputs, evaluate_params, find_variant, fixed_values, is_legal
-    from opgen.table import frozen_rows
+    from opgen.storage.records import record_path
+    from opgen.render.kernels import kernel_hashes
+    from opgen.space.space import case_inputs, evaluate_params, find_variant, fixed_values, is_legal
+    from opgen.table.table import frozen_rows
 
     chip = profile("h200")
     hashes = kernel_hashes(ROOT, spec, chip.rendering)  # rendered once: every call explains the same table

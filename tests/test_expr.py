@@ -2,7 +2,7 @@
 import pytest
 
 from opgen.errors import ExprError
-from opgen.expr import cdiv, parse, pow2, python_helpers
+from opgen.spec.expr import cdiv, parse, pow2, python_helpers
 
 
 @pytest.mark.parametrize("source, env, expected", [

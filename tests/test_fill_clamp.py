@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from opgen import table as tables
-from opgen import bucket_shapes
-from opgen.keys import key_of
-from opgen.bucket_shapes import bucket_corner
-from opgen.hardware import profile
-from opgen.kernels import kernel_hashes
-from opgen.records import record_path
-from opgen.space import carried, carried_clamped, clamped, constraint_failed
-from opgen.spec import load_spec
+from opgen.table import table as tables
+from opgen.table import bucket_shapes
+from opgen.spec.keys import key_of
+from opgen.table.bucket_shapes import bucket_corner
+from opgen.spec.hardware import profile
+from opgen.render.kernels import kernel_hashes
+from opgen.storage.records import record_path
+from opgen.space.space import carried, carried_clamped, clamped, constraint_failed
+from opgen.spec.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_records import BASE, CHIP, POINT, _path, _winner, _write, gla, hashes  # noqa: E402,F401
@@ -84,7 +84,7 @@ def test_no_filled_row_of_a_committed_table_runs_a_tile_wider_than_its_bucket(op
 
 
 def test_explain_names_the_clamped_tiles_of_a_filled_row(tmp_path, gla, hashes):
-    from opgen.explain import explain, text
+    from opgen.evidence.explain import explain, text
 
     path = _path(tmp_path)
     _write(path, [_winner(gla, point={**POINT, "BV": 128}, V=96)])

@@ -1,20 +1,21 @@
-"""The fill rule ranked on the measured buckets' evidence (``opgen.fill_rank``, the evidence from
-``opgen.fill_evidence``), on small record sets built here: it takes the candidate the nearby
+"""The fill rule ranked on the measured buckets' evidence (``opgen.table.fill_rank``, the evidence from
+``opgen.table.fill_evidence``), on small record sets built here: it takes the candidate the nearby
 buckets' times favour over the nearest winner, never a tile wider than the target's dims (unless
 narrowed), never a point timed in another dtype alone; and its leave-one-out figures
-(``opgen.fill_score``) are the ones the synthetic times imply, worked out here apart."""
+(``opgen.table.fill_score``) are the ones the synthetic times imply, worked out here apart."""
 import math
 import sys
 from pathlib import Path
 
 import pytest
 
-from opgen import fill_rank as fr
-from opgen import fill_score as fs
-from opgen import keys, records
-from opgen import table as tables
-from opgen import fill_nearest
-from opgen.bucket_shapes import case_params, edge_params
+from opgen.table import fill_rank as fr
+from opgen.table import fill_score as fs
+from opgen.spec import keys
+from opgen.storage import records
+from opgen.table import table as tables
+from opgen.table import fill_nearest
+from opgen.table.bucket_shapes import case_params, edge_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_records import BASE, CHIP, OP, POINT, TOOLS, _key, _path, _winner, _write, gla, hashes  # noqa: E402,F401

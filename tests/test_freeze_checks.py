@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from opgen import records
-from opgen.cli import main
+from opgen.storage import records
+from opgen.cli.main import main
 from opgen.errors import RecordError
-from opgen.hardware import profile
-from opgen.kernels import kernel_hashes
-from opgen.keys import key_of
-from opgen.space import case_inputs, evaluate_params
-from opgen.spec import load_spec
-from opgen.table import frozen_rows
+from opgen.spec.hardware import profile
+from opgen.render.kernels import kernel_hashes
+from opgen.spec.keys import key_of
+from opgen.space.space import case_inputs, evaluate_params
+from opgen.spec.spec import load_spec
+from opgen.table.table import frozen_rows
 
 TOY = Path(__file__).resolve().parent / "toy_project"
 CHIP = profile("interpreter")

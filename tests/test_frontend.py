@@ -1,4 +1,4 @@
-"""Tests of opgen.frontend: the Ascend front end (TTIR -> Linalg) run on a CPU."""
+"""Tests of opgen.evidence.frontend: the Ascend front end (TTIR -> Linalg) run on a CPU."""
 from __future__ import annotations
 
 import os
@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from opgen.frontend import FrontendArgumentError, FrontendResult, ascend_frontend
+from opgen.evidence.frontend import FrontendArgumentError, FrontendResult, ascend_frontend
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -133,7 +133,7 @@ def test_bad_arguments() -> None:
 def test_adapter_death_by_signal_is_retried_once_and_a_rejection_never():
     import subprocess
 
-    from opgen.frontend import run_adapter
+    from opgen.evidence.frontend import run_adapter
 
     def stage_from(outcomes):
         calls = []

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from opgen import space
-from opgen.frontend import ascend_frontend
-from opgen.hardware import profile
+from opgen.space import space
+from opgen.evidence.frontend import ascend_frontend
+from opgen.spec.hardware import profile
 from opgen.references.chunk_gla_fwd_o_gk import make_inputs
-from opgen.spec import load_spec
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)

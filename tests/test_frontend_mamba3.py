@@ -8,10 +8,10 @@ import torch
 import triton
 import triton.language as tl
 
-from opgen import space
-from opgen.frontend import ascend_frontend
+from opgen.space import space
+from opgen.evidence.frontend import ascend_frontend
 from opgen.references.mamba3_mimo_bwd_fwd import make_inputs
-from opgen.spec import load_spec
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)

@@ -4,7 +4,7 @@ import importlib
 import pytest
 import torch
 
-from opgen.frontend import ascend_frontend
+from opgen.evidence.frontend import ascend_frontend
 from opgen.references.mamba3_mimo_bwd_bwd import OUTPUTS, golden, make_inputs
 
 

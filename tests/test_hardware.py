@@ -5,7 +5,7 @@ import torch
 from opgen.errors import UnsupportedInput
 import dataclasses
 
-from opgen.hardware import PROFILES, chip_for_device_name, detect, figures, inherited, profile
+from opgen.spec.hardware import PROFILES, chip_for_device_name, detect, figures, inherited, profile
 
 
 def test_ascend_figures():

@@ -1,4 +1,4 @@
-"""Tests of opgen.interpreter: bf16 computed by value in the Triton CPU interpreter.
+"""Tests of opgen.run.interpreter: bf16 computed by value in the Triton CPU interpreter.
 
 Kernels run in subprocesses: TRITON_INTERPRET must be set before ``@triton.jit`` runs, the patch
 is global and irreversible, and an interpreted launch patches ``triton.language`` for the rest
@@ -17,14 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opgen.interpreter import InterpreterPatchError, bf16_bits_to_f32, f32_to_bf16_bits
+from opgen.run.interpreter import InterpreterPatchError, bf16_bits_to_f32, f32_to_bf16_bits
 
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent('''
     import json, sys
     import torch, triton, triton.language as tl
-    from opgen.interpreter import is_bf16_patched, patch_bf16
+    from opgen.run.interpreter import is_bf16_patched, patch_bf16
 
     if sys.argv[1] == "patched":
         patch_bf16()
@@ -108,7 +108,7 @@ def test_round_to_nearest_even() -> None:
 
 
 def test_missing_interpreter_attribute_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    import opgen.interpreter as mod
+    import opgen.run.interpreter as mod
 
     class FakeBuilder:
         def binary_op(self, lhs, rhs, op):  # pragma: no cover - never called
@@ -138,7 +138,7 @@ API_SCRIPT = textwrap.dedent('''
     out = chunk_gla_fwd_o_gk(**args)
     gold = golden(**args)
     rel = float((out.double() - gold).norm() / gold.norm())
-    print(json.dumps({"rel_l2": rel, "opgen_patch": "opgen.interpreter" in sys.modules}))
+    print(json.dumps({"rel_l2": rel, "opgen_patch": "opgen.run.interpreter" in sys.modules}))
 ''')
 
 
@@ -154,7 +154,7 @@ def test_the_generated_api_computes_bf16_by_value_under_the_interpreter():
 
 
 def test_the_generated_copy_of_the_patch_is_this_module():
-    from opgen import interpreter
+    from opgen.run import interpreter
 
     copy = (REPO / "generated" / "_interpreter.py").read_text()
     assert copy.endswith(Path(interpreter.__file__).read_text()) and "from opgen" not in copy
@@ -162,8 +162,8 @@ def test_the_generated_copy_of_the_patch_is_this_module():
 
 def test_the_tuner_worker_computes_bf16_by_value_under_the_interpreter():
     """A tuning worker on the interpreter checks a bf16 point against the spec's bar and passes."""
-    from opgen.spec import load_spec
-    from opgen.worker import Task, Worker
+    from opgen.spec.spec import load_spec
+    from opgen.run.worker import Task, Worker
 
     spec = load_spec(REPO / "specs" / "chunk_gla_fwd_o_gk.yaml", REPO)
     point = {"BK": 32, "BV": 32, "DOT_PRECISION": "ieee", "A_PAIR": True, "EARLY_INTRA": False,

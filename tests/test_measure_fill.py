@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from opgen import records
-from opgen import table as tables
-from opgen import bucket_shapes, fill_nearest, fits, table_records
-from opgen.keys import key_of
+from opgen.storage import records
+from opgen.table import table as tables
+from opgen.table import bucket_shapes, fill_nearest, fits, table_records
+from opgen.spec.keys import key_of
 from opgen.errors import RecordError
-from opgen.kernels import kernel_hashes
-from opgen.spec import load_spec
-from opgen.table_layout import layout
+from opgen.render.kernels import kernel_hashes
+from opgen.spec.spec import load_spec
+from opgen.build.table_layout import layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_records import BASE, CHIP, OP, POINT, TOOLS, _filled, _path, _winner, _write, gla, hashes  # noqa: E402,F401
@@ -133,9 +133,9 @@ def test_a_search_that_never_faced_the_measured_choice_waits_for_the_measure_ste
     """A winner on a measured bucket whose search never ran the point measured fastest there (a
     search over some variants alone) is no tuned row: the bucket keeps its measured fill, and the
     winner's point is a candidate, which a later run on the bucket may find fastest."""
-    from opgen.hardware import profile
-    from opgen.measure_fill import measure_fill
-    from opgen.plan import buckets
+    from opgen.spec.hardware import profile
+    from opgen.tune.measure_fill import measure_fill
+    from opgen.space.plan import buckets
 
     path, small, large, case, target = setup
     measured = [_measure(target, case, small, 0.10), _measure(target, case, large, 0.20)]
@@ -176,11 +176,11 @@ def test_a_candidate_never_near_the_fastest_on_enough_buckets_is_left_out(setup,
     """Successive halving across buckets: a candidate that ran under the share of the fastest's
     speed on every bucket it was measured on, on enough of them, is measured on its own bucket
     alone; one that came near once, or was measured on too few, stays."""
-    from opgen.hardware import profile
-    from opgen.fill_measured import current_measures
-    from opgen.measure_fill import candidates, measure_fill, outrun
-    from opgen.plan import buckets
-    from opgen.space import Point
+    from opgen.spec.hardware import profile
+    from opgen.table.fill_measured import current_measures
+    from opgen.tune.measure_fill import candidates, measure_fill, outrun
+    from opgen.space.plan import buckets
+    from opgen.space.space import Point
 
     path, small, large, case, target = setup
     chip = profile("h200")
@@ -264,7 +264,7 @@ def test_a_tuned_row_illegal_on_part_of_its_bucket_stops_the_build(tmp_path, gla
 
 
 def _default_measure(gla, target, case, ms, hashes, **change):
-    from opgen.space import default_point
+    from opgen.space.space import default_point
 
     point = default_point(gla, CHIP, bucket_shapes.case_params(gla, case, "test"))
     return records.MeasureRecord(
@@ -413,7 +413,7 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
 
 
 def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_kernel(setup, gla, hashes):
-    from opgen.report import report
+    from opgen.evidence.report import report
 
     path, small, large, case, target = setup
     _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.15)])
@@ -434,7 +434,7 @@ def test_the_records_report_names_a_bucket_the_nearest_fill_puts_on_a_slower_ker
 
 
 def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
-    from opgen import explain
+    from opgen.evidence import explain
 
     path, small, large, case, target = setup
     _write(path, [small, large, _measure(target, case, small, 0.10), _measure(target, case, large, 0.20)])
@@ -449,7 +449,7 @@ def test_explain_says_how_a_row_was_filled(setup, gla, hashes, tmp_path):
 
 
 def test_a_winner_is_carried_to_another_shape_with_the_tunables_its_variant_fixes(gla):
-    from opgen.space import carried
+    from opgen.space.space import carried
 
     vloop = {**POINT, "EARLY_INTRA": True}  # vloop fixes BK = max(16, pow2(K)) and EARLY_INTRA
     k32 = bucket_shapes.case_params(gla, {**BASE, "K": 32}, "test")
@@ -459,10 +459,10 @@ def test_a_winner_is_carried_to_another_shape_with_the_tunables_its_variant_fixe
 
 
 def test_the_measure_step_runs_each_winner_carried_to_the_bucket(gla):
-    from opgen.hardware import profile
-    from opgen.measure_fill import carried_point, measure_fill
-    from opgen.plan import buckets
-    from opgen.space import Point
+    from opgen.spec.hardware import profile
+    from opgen.tune.measure_fill import carried_point, measure_fill
+    from opgen.space.plan import buckets
+    from opgen.space.space import Point
 
     chip = profile("h200")
     vloop = _winner(gla, "post_vloop_tiled", point={**POINT, "EARLY_INTRA": True}, K=64)
@@ -514,9 +514,9 @@ def test_a_point_measured_at_a_shape_whose_fixed_tile_misses_the_bucket_edge_fil
 
 
 def test_the_measure_step_keeps_a_bucket_its_latest_run_covers_and_measures_the_others(gla, hashes):
-    from opgen.hardware import profile
-    from opgen.measure_fill import earlier_runs, measure_fill
-    from opgen.plan import buckets
+    from opgen.spec.hardware import profile
+    from opgen.tune.measure_fill import earlier_runs, measure_fill
+    from opgen.space.plan import buckets
 
     chip = profile("h200")
     general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=64, V=256)
@@ -551,9 +551,9 @@ def test_the_measure_step_keeps_a_bucket_its_latest_run_covers_and_measures_the_
 def test_the_measure_step_begins_no_bucket_past_its_deadline_and_a_later_run_measures_the_rest(gla, hashes):
     import time
 
-    from opgen.hardware import profile
-    from opgen.measure_fill import bucket_candidates, earlier_runs, measure_fill
-    from opgen.plan import buckets
+    from opgen.spec.hardware import profile
+    from opgen.tune.measure_fill import bucket_candidates, earlier_runs, measure_fill
+    from opgen.space.plan import buckets
 
     chip = profile("h200")
     general = _winner(gla, "post_general_tiled", point={**POINT, "BK": 32}, K=64, V=256)

@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from opgen import keys, records, space
-from opgen import table as tables
-from opgen import fill_nearest, table_rows
+from opgen.spec import keys
+from opgen.storage import records
+from opgen.space import space
+from opgen.table import table as tables
+from opgen.table import fill_nearest, table_rows
 from opgen.errors import RecordError
-from opgen.hardware import profile
-from opgen.spec import load_spec
+from opgen.spec.hardware import profile
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 OP = "chunk_gla_fwd_o_gk"
@@ -101,8 +103,8 @@ def test_compiler_registers_and_spills_are_stored_beside_the_estimate():
 
 
 def test_a_trials_budget_carries_what_the_compiler_reported(gla):
-    from opgen.tune import Campaign
-    from opgen.worker import Result
+    from opgen.tune.tune import Campaign
+    from opgen.run.worker import Result
 
     campaign = Campaign.__new__(Campaign)
     campaign.spec, campaign.profile = gla, CHIP
@@ -405,7 +407,7 @@ def test_the_other_dtypes_row_of_the_same_buckets_comes_before_a_row_one_step_aw
 
 
 def test_fill_reaches_no_farther_than_the_specs_fill_distance(tmp_path, gla, hashes):
-    from opgen.keys import split_key_field
+    from opgen.spec.keys import split_key_field
 
     path = _path(tmp_path)
     small = _winner(gla)
@@ -508,7 +510,7 @@ def test_a_cross_check_counts_only_while_its_winner_and_fill_are_current(gla, ha
 def test_earlier_winners_are_the_newest_distinct_three_keyed_by_their_case(gla):
     """Seeds of a bucket's studies: newest first, no repeats, at most three; the key comes from the
     case under the current edges, not from the key stored when it was tuned."""
-    from opgen.campaign import earlier_winners
+    from opgen.tune.campaign import earlier_winners
 
     points = [{**POINT, "BV": bv} for bv in (32, 64, 128, 64, 32)]
     found = [_winner(gla, point=p) for p in points]
@@ -520,7 +522,7 @@ def test_earlier_winners_are_the_newest_distinct_three_keyed_by_their_case(gla):
 
 
 def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla, hashes):
-    from opgen.report import report
+    from opgen.evidence.report import report
 
     path = _path(tmp_path)
     fast = _winner(gla, median=0.1, date="2026-11-29")
@@ -546,7 +548,7 @@ def test_the_report_names_a_faster_earlier_winner_of_another_point(tmp_path, gla
 
 
 def test_the_report_names_a_point_that_beat_the_winner_in_a_cross_check(tmp_path, gla, hashes):
-    from opgen.report import report
+    from opgen.evidence.report import report
 
     path = _path(tmp_path)
     won = _winner(gla)

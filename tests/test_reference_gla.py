@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from opgen.accuracy import rel_l2
+from opgen.run.accuracy import rel_l2
 from opgen.errors import OpgenError
 from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32, reference_half
 
@@ -140,8 +140,8 @@ def test_traffic_formula_counts_each_operand_once_and_the_lower_triangle_of_A(dt
     of A only the entries the op reads (s <= t within a chunk)."""
     from pathlib import Path
 
-    from opgen import space
-    from opgen.spec import load_spec
+    from opgen.space import space
+    from opgen.spec.spec import load_spec
 
     root = Path(__file__).resolve().parents[1]
     spec = load_spec(root / "specs" / "chunk_gla_fwd_o_gk.yaml", root)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opgen.accuracy import rel_l2
+from opgen.run.accuracy import rel_l2
 from opgen.errors import OpgenError
 from opgen.references.mamba3_mimo_bwd_fwd import (dacs_segsum, golden, magnitude, make_inputs,
                                                   pad_to_chunks, recompute, reference_fp32)

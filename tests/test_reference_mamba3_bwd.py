@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opgen.accuracy import max_abs_rel
+from opgen.run.accuracy import max_abs_rel
 from opgen.errors import OpgenError
 from opgen.references import mamba3_mimo_bwd_bwd as stage_two
 from opgen.references import mamba3_mimo_bwd_fwd as stage_one

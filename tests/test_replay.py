@@ -1,8 +1,8 @@
 """`opgen replay`: the tuner's search rerun on a recorded exhaustive sweep."""
 import itertools
 
-from opgen import records
-from opgen.replay import load_sweep, replay, report
+from opgen.storage import records
+from opgen.evidence.replay import load_sweep, replay, report
 
 TOOLS = {"triton": "3.6.0", "torch": "2.11.0"}
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opgen import cli
-from opgen.hardware import profile
-from opgen.review_data import Study, studies_from_storage
-from opgen.spec import load_spec
+from opgen.cli import main as cli
+from opgen.spec.hardware import profile
+from opgen.evidence.review_data import Study, studies_from_storage
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ("chunk_gla_fwd_o_gk", "mamba3_mimo_bwd_fwd")
@@ -114,7 +114,7 @@ def test_report_refuses_an_unknown_op_or_chip_or_a_chip_without_data(tmp_path, c
 def test_history_from_an_optuna_storage_follows_trial_numbers(tmp_path):
     import optuna
 
-    from opgen.campaign import open_storage
+    from opgen.tune.campaign import open_storage
 
     spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
     journal = str(tmp_path / "h200-gla.journal")
@@ -135,7 +135,7 @@ def test_bench_runs_refuse_an_index_that_does_not_match_its_json(tmp_path):
     """runs.yaml names a run's baseline and case set; a JSON saying otherwise, or an entry without
     its files, is an error naming the file."""
     from opgen.errors import OpgenError
-    from opgen.review_data import bench_runs
+    from opgen.evidence.review_data import bench_runs
 
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     logs = tmp_path / "benchmarks" / "logs"
@@ -166,7 +166,7 @@ def test_bench_runs_join_the_cases_an_entrys_where_keeps(tmp_path):
     """An entry with ``where`` joins a JSON holding only the cases its formula passes, and its page
     names the formula; a JSON written under another formula is refused."""
     from opgen.errors import OpgenError
-    from opgen.review_data import bench_runs
+    from opgen.evidence.review_data import bench_runs
 
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     logs = tmp_path / "benchmarks" / "logs"

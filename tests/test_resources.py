@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from opgen.cli import main
-from opgen.cuda_compile import ptxas_figures
+from opgen.cli.main import main
+from opgen.evidence.cuda_compile import ptxas_figures
 from opgen.errors import UsageError
-from opgen.explain import explain
-from opgen.explain import text as explain_text
-from opgen.hardware import profile
-from opgen.kernels import kernel_hashes
-from opgen.records import record_path
-from opgen.resources import (check_text, compiled_call, cuda_resources, nearest_points, occupancy, resources,
+from opgen.evidence.explain import explain
+from opgen.evidence.explain import text as explain_text
+from opgen.spec.hardware import profile
+from opgen.render.kernels import kernel_hashes
+from opgen.storage.records import record_path
+from opgen.evidence.resources import (check_text, compiled_call, cuda_resources, nearest_points, occupancy, resources,
                              spill_free, spill_free_text, table_entries)
-from opgen.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
-from opgen.spec import load_spec
-from opgen.table import frozen_rows
+from opgen.space.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
+from opgen.spec.spec import load_spec
+from opgen.table.table import frozen_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 GLA = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
@@ -305,7 +305,7 @@ def test_budget_formula_bounds_the_compiled_shared_memory_at_the_hardest_points(
     """The spec's smem_bytes formula at or above the shared memory Triton allocates for sm_90a
     (the largest kernel of a point), on the points named above, compiled cold (a few seconds
     each): an underestimate lets the tuner launch a point that does not fit."""
-    from opgen.resources import Entry, budget_against_compiled
+    from opgen.evidence.resources import Entry, budget_against_compiled
 
     spec = _spec(op)
     entries = [Entry("sample", v, tuple(config.items()), tuple(case.items())) for v, config, case, _ in hard]

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 import yaml
 
-from opgen.schema import SCHEMA_FILE, schema_text, spec_schema
+from opgen.spec.schema import SCHEMA_FILE, schema_text, spec_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "specs").glob("*.yaml")) + [ROOT / "tests" / "toy_project" / "specs" / "toy_op.yaml"]

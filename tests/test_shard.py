@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from opgen import cli, shard, tune
+from opgen.cli import main as cli
+from opgen.tune import shard, tune
 from opgen.errors import UsageError
-from opgen.hardware import profile
-from opgen.spec import load_spec
+from opgen.spec.hardware import profile
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,7 +90,7 @@ def test_tune_on_devices_gives_each_shard_its_buckets(tmp_path, monkeypatch, cap
 
 
 def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch, capsys):
-    from opgen.compare import CaseResult, case_id
+    from opgen.evidence.compare import CaseResult, case_id
 
     spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
     ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
@@ -121,7 +122,7 @@ def test_bench_on_devices_merges_the_shards_in_case_order(tmp_path, monkeypatch,
 
 
 def test_bench_merge_joins_shards_run_apart_and_refuses_gaps_and_repeats(tmp_path, capsys):
-    from opgen.compare import CaseResult, case_id
+    from opgen.evidence.compare import CaseResult, case_id
 
     spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
     ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
@@ -146,7 +147,7 @@ def test_bench_merge_joins_shards_run_apart_and_refuses_gaps_and_repeats(tmp_pat
 
 def test_bench_merge_refuses_shards_of_other_generated_code_or_toolchains(tmp_path, capsys):
     """Shards joined into one table must have measured this tree's generated code on one toolchain."""
-    from opgen.compare import CaseResult, case_id
+    from opgen.evidence.compare import CaseResult, case_id
 
     spec = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT)
     ids = [case_id(row) for row in spec.expand_cases("bench_fla")]
@@ -172,7 +173,7 @@ def test_bench_merge_refuses_shards_of_other_generated_code_or_toolchains(tmp_pa
 
 def _shard_json(results: list[dict], generated: str | None = None, device: str = "NVIDIA H200") -> str:
     """What `opgen bench --shard K/N --json F` writes on this tree."""
-    from opgen.compare import generated_hash
+    from opgen.evidence.compare import generated_hash
 
     generated = generated or generated_hash(ROOT, "chunk_gla_fwd_o_gk")
     return json.dumps(dict(op="chunk_gla_fwd_o_gk", generated=generated,
@@ -181,7 +182,7 @@ def _shard_json(results: list[dict], generated: str | None = None, device: str =
 
 def test_bench_table_reports_the_writing_flush_beside_the_reading_one():
     """Cases measured under both flushes get a summary line of the write-flush protocol too."""
-    from opgen.compare import CaseResult, table
+    from opgen.evidence.compare import CaseResult, table
 
     both = CaseResult("B1-a", 1.0, 2.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0, 1.25, 2.0)
     read_only = CaseResult("B1-b", 1.0, 1.0, 0.5, 1e-3, 2e-3, 0.1, 20.0, 40.0, 60.0)

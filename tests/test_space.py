@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from opgen import space
+from opgen.space import space
 from opgen.errors import BuildError
-from opgen.hardware import profile
-from opgen.spec import load_spec
+from opgen.spec.hardware import profile
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -191,7 +191,7 @@ def test_every_case_has_a_legal_default_on_every_chip(op):
     a variant) nor a point the spec's constraints refuse (tf32x3_split at C * R = 8 runs at tf32's
     precision). GLA's Ascend default keeps the MindSpeed-Ops port's BV = 64 where V is below it, a
     tile the tuner's constraints prune, so its constraints are not checked there."""
-    from opgen.hardware import PROFILES
+    from opgen.spec.hardware import PROFILES
 
     spec = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT)
     for set_name in spec.cases:
@@ -236,7 +236,7 @@ def test_forced_point_keeps_the_defaults_but_what_the_variant_fixes(gla):
 def test_excluded_combinations_are_not_variants(gla, tmp_path):
     import yaml
 
-    from opgen.spec import load_spec as load
+    from opgen.spec.spec import load_spec as load
 
     data = yaml.safe_load((ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml").read_text())
     data["variants"]["axes"]["GRID"] = {g: data["variants"]["axes"]["GRID"][g] for g in ("tiled", "persistent")}

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from opgen.errors import SpecError
-from opgen.spec import load_spec, load_specs
+from opgen.spec.spec import load_spec, load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 GLA = ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml"

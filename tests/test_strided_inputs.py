@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from opgen import space
-from opgen.accuracy import check_all
-from opgen.hardware import profile
-from opgen.launches import recording
+from opgen.space import space
+from opgen.run.accuracy import check_all
+from opgen.spec.hardware import profile
+from opgen.evidence.launches import recording
 from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, reference_fp32
 from opgen.references.chunk_gla_fwd_o_gk import make_inputs as gla_inputs
 from opgen.references.mamba3_mimo_bwd_bwd import OUTPUTS as BWD_BWD_OUTPUTS
 from opgen.references.mamba3_mimo_bwd_fwd import make_inputs as mamba3_inputs
-from opgen.spec import load_spec
+from opgen.spec.spec import load_spec
 
 from numerics import descriptor_interpreter
 
@@ -104,7 +104,7 @@ def test_the_strided_baseline_calls_each_op_with_strided_views_made_once(monkeyp
     """``opgen bench <op> --baseline strided`` times this call beside the contiguous one."""
     import generated.mamba3_mimo_bwd_fwd as module
     from opgen.baselines import strided
-    from opgen.spec import load_spec
+    from opgen.spec.spec import load_spec
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]

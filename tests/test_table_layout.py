@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from opgen import records
+from opgen.storage import records
 from opgen.errors import SpecError
-from opgen.hardware import profile
-from opgen.kernels import kernel_hashes
-from opgen.keys import bucket_range, split_key_field
-from opgen.spec import load_spec
-from opgen.table import frozen_rows
-from opgen.table_layout import config_names, fill_ranges
-from opgen.wrap import wrap_line
+from opgen.spec.hardware import profile
+from opgen.render.kernels import kernel_hashes
+from opgen.spec.keys import bucket_range, split_key_field
+from opgen.spec.spec import load_spec
+from opgen.table.table import frozen_rows
+from opgen.build.table_layout import config_names, fill_ranges
+from opgen.render.wrap import wrap_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,8 +111,8 @@ def test_a_fill_for_one_key_is_that_keys_row_of_the_whole_fill():
     """fill_nearest(..., only=key), what a leave-one-out check asks, gives the row the fill of every
     key gives that key, or none where that fill gives none (the GLA H200 records, each tuned key
     left out in turn)."""
-    from opgen.fill_nearest import fill_nearest
-    from opgen.table_records import fresh_winners
+    from opgen.table.fill_nearest import fill_nearest
+    from opgen.table.table_records import fresh_winners
 
     spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
     fresh = fresh_winners(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))

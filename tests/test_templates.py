@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from jinja2 import meta, nodes
 
-from opgen import freeze, kernels
-from opgen.render import environment
+from opgen.build import freeze
+from opgen.render import kernels
+from opgen.render.render import environment
 
 ROOT = Path(__file__).resolve().parents[1]
 # every template rendered with a context of its own (included pieces read their includer's names)

@@ -187,7 +187,7 @@ def test_a_longer_point_timeout_measures_the_timed_out_points_again(tmp_path):
 
 
 def test_timed_out_under_reads_the_attribute_or_the_reason():
-    from opgen.tune import timed_out_under
+    from opgen.tune.tune import timed_out_under
 
     assert timed_out_under({"status": ["ok"], "reason": [""]}) == float("inf")
     assert timed_out_under({"status": ["ok", "timeout"], "reason": ["", "no result after 20 s"]}) == 20.0
@@ -279,7 +279,7 @@ def test_stored_points_compete_when_a_campaign_is_narrower_or_out_of_time(tuned_
 
 
 def test_an_unknown_variant_is_an_error_that_names_it(capsys):
-    from opgen import cli
+    from opgen.cli import main as cli
 
     argv = ["--root", str(ROOT), "tune", "chunk_gla_fwd_o_gk", "--chip", "h200", "--cases", "bench_fla",
             "--variants", "fold_general_tiled,fold_genral_tiled", "--dry-run"]
@@ -367,9 +367,9 @@ def test_an_earlier_winner_seeds_the_study_after_a_tunable_is_added_and_the_edge
     text = text.replace("buckets: [64, 4096]", "buckets: [2, 64, 4096]")
     assert text.count("EXTRA") == 3 and "[2, 64, 4096]" in text
     spec.write_text(text)
-    from opgen.campaign import earlier_winners
-    from opgen.records import read
-    from opgen.spec import load_spec
+    from opgen.tune.campaign import earlier_winners
+    from opgen.storage.records import read
+    from opgen.spec.spec import load_spec
 
     earlier = earlier_winners(load_spec(spec, root), read(root / RECORDS, op="toy_op", chip="interpreter").records)
     assert list(earlier) == [(1,)] and [p.config["BLOCK"] for p in earlier[(1,)]] == [won]
@@ -391,10 +391,10 @@ def test_a_bucket_tuned_first_starts_from_its_neighbours_winner(tuned_good, tmp_
     spec.write_text(spec.read_text().replace('interpreter: {MODE: "\'good\'", BLOCK: "16"}',
                                              f'interpreter: {{MODE: "\'good\'", BLOCK: "{default}"}}'))
     _opgen(root, "build")
-    from opgen.campaign import open_campaign
-    from opgen.hardware import profile
-    from opgen.spec import load_spec
-    from opgen.tune import Settings
+    from opgen.tune.campaign import open_campaign
+    from opgen.spec.hardware import profile
+    from opgen.spec.spec import load_spec
+    from opgen.tune.tune import Settings
 
     toy, chip = load_spec(spec, root), profile("interpreter")
     _, earlier, standing = open_campaign(root, toy, chip, None, str(tmp_path / "j.journal"), Settings(),
@@ -413,9 +413,9 @@ def test_a_timeout_among_parallel_compiles_is_retried_alone_other_failures_are_f
     device memory among them is measured again alone (after an out-of-memory, with the pool's
     workers stopped, so their cases no longer fill the device); a crash or a wrong result there is
     final (not measured twice)."""
-    from opgen import tune
-    from opgen.space import Point
-    from opgen.worker import Result
+    from opgen.tune import tune
+    from opgen.space.space import Point
+    from opgen.run.worker import Result
 
     parallel = {"slow": "timeout", "hang": "timeout", "crash": "crash", "fine": "ok", "big": "crash",
                 "huge": "crash"}
@@ -465,7 +465,7 @@ def test_a_tight_campaign_shares_its_time_over_the_studies_left():
     are not starved; time a study leaves unused flows to the later ones."""
     from types import SimpleNamespace
 
-    from opgen import tune
+    from opgen.tune import tune
 
     settings = tune.Settings(study_seconds=100.0)
     assert settings.study_budget(1000.0, 4) == 100.0
@@ -496,9 +496,9 @@ def test_the_standing_winner_competes_again_when_no_study_of_the_run_holds_it():
     side-by-side, unless a study already holds it."""
     from types import SimpleNamespace
 
-    from opgen import tune
-    from opgen.space import Point
-    from opgen.worker import Result
+    from opgen.tune import tune
+    from opgen.space.space import Point
+    from opgen.run.worker import Result
 
     def pt(variant: str, block: int) -> Point:
         return Point(variant, (("BLOCK", block),))
@@ -538,9 +538,9 @@ def test_the_default_point_runs_first_and_competes_when_its_study_had_no_time():
     before it measures the default alone (trial -1 of its study) and hands it to the side-by-side."""
     from types import SimpleNamespace
 
-    from opgen import tune
-    from opgen.space import Point
-    from opgen.worker import Result
+    from opgen.tune import tune
+    from opgen.space.space import Point
+    from opgen.run.worker import Result
 
     default = Point("dflt", (("BLOCK", 16),))
 
@@ -614,9 +614,9 @@ def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
     winner replace it); a held point that failed this run does not compete."""
     from types import SimpleNamespace
 
-    from opgen import tune
-    from opgen.space import Point
-    from opgen.worker import Result
+    from opgen.tune import tune
+    from opgen.space.space import Point
+    from opgen.run.worker import Result
 
     pts = [Point("a", (("BLOCK", b),)) for b in (16, 32, 64, 128)]
     seen = []
@@ -628,7 +628,7 @@ def test_choose_re_measures_the_held_point_beside_the_best_few(monkeypatch):
     campaign._budget = lambda *args: None
     bucket = tune.Bucket(key=(0,), cases=({"n": 1},), params=({},))
     measured = {"a": [tune.Measured(p, [Result("ok", median_ms=1.0 + i)]) for i, p in enumerate(pts)]}
-    monkeypatch.setattr("opgen.side_by_side.find_variant", lambda spec, name: None)
+    monkeypatch.setattr("opgen.tune.side_by_side.find_variant", lambda spec, name: None)
     winner = campaign.choose(bucket, measured, held=pts[3])
     assert seen[-1] == pts and "a:BLOCK=128" in winner["remeasured_ms"]
     measured["a"][3] = tune.Measured(pts[3], [Result("wrong_result", "rel_l2=1")])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opgen.campaign import open_storage
+from opgen.tune.campaign import open_storage
 from opgen.errors import OpgenError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_a_malformed_journal_line_inside_is_refused_naming_the_file_and_what_to_
 
 # --- a measured trial is recorded before the study stores it ----------------------------------
 def _points(n=4):
-    from opgen.space import Point
+    from opgen.space.space import Point
 
     return tuple(Point("v", (("x", i),)) for i in range(n))
 
@@ -70,9 +70,9 @@ def _points(n=4):
 def _search(path, measured, recorded, tell=None, trials=4):
     """One run of the search loop on a journal: ``measured`` lists the points measured,
     ``recorded`` the trial records; ``tell`` wraps the study's tell."""
-    from opgen.search import Measured, search
-    from opgen.settings import Settings
-    from opgen.worker import Result
+    from opgen.tune.search import Measured, search
+    from opgen.tune.settings import Settings
+    from opgen.run.worker import Result
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -122,9 +122,9 @@ def test_a_trial_recorded_by_a_run_that_died_before_marking_it_is_not_measured_a
     when its run died between the record and the study's own mark."""
     import optuna
 
-    from opgen.search import Measured, search
-    from opgen.settings import Settings
-    from opgen.worker import Result
+    from opgen.tune.search import Measured, search
+    from opgen.tune.settings import Settings
+    from opgen.run.worker import Result
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path, measured, recorded = tmp_path / "j.journal", [], {}
@@ -152,8 +152,8 @@ def test_a_trial_recorded_by_a_run_that_died_before_marking_it_is_not_measured_a
 # --- a worker killed from outside ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    from opgen import freeze
-    from opgen.spec import load_spec
+    from opgen.build import freeze
+    from opgen.spec.spec import load_spec
 
     root = tmp_path_factory.mktemp("toy")
     shutil.copytree(TOY, root, dirs_exist_ok=True)
@@ -162,7 +162,7 @@ def toy(tmp_path_factory):
 
 
 def _task(variant):
-    from opgen.worker import Task
+    from opgen.run.worker import Task
 
     return Task(op="toy_op", rendering="npu", variant=variant, point=(("BLOCK", 16),),
                 case=(("N", 50), ("dtype", "float32")), backend="interpreter", device="cpu", programs=4)
@@ -181,7 +181,7 @@ def _run_and_kill(worker, task, signum, after=None):
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_a_worker_killed_from_outside_is_not_the_points_crash(toy, signum):
-    from opgen.worker import Worker
+    from opgen.run.worker import Worker
 
     root, spec = toy
     with Worker(spec, str(root), {"TRITON_INTERPRET": "1"}) as worker:
@@ -194,12 +194,12 @@ def test_a_worker_killed_from_outside_is_not_the_points_crash(toy, signum):
 
 
 def test_a_killed_point_is_measured_again_on_resume(tmp_path):
-    from opgen.search import Measured
-    from opgen.worker import Result
+    from opgen.tune.search import Measured
+    from opgen.run.worker import Result
 
     path, measured, recorded = tmp_path / "j.journal", [], []
     killed = {1}
-    from opgen import search as search_mod
+    from opgen.tune import search as search_mod
 
     def once_killed(points):
         out = []

@@ -60,7 +60,7 @@ def _output(root: Path, name: str) -> str:
 
 
 def _host(proc: subprocess.Popen) -> str:
-    """How the trials a process measures name it (``opgen.db.worker_id``)."""
+    """How the trials a process measures name it (``opgen.storage.db.worker_id``)."""
     return f"{socket.gethostname()}:{proc.pid}"
 
 
@@ -72,7 +72,7 @@ def _stop_all(procs: list[subprocess.Popen]) -> None:
 
 
 def _db_records(url: str) -> list:
-    from opgen.db_records import RecordTable
+    from opgen.storage.db_records import RecordTable
 
     table = RecordTable(url)
     try:
@@ -106,8 +106,8 @@ def _kill_mid_trial(url: str, procs: list[subprocess.Popen]) -> tuple[subprocess
     """
     from optuna.trial import TrialState
 
-    from opgen.db_records import RecordTable
-    from opgen.storage import open_storage
+    from opgen.storage.db_records import RecordTable
+    from opgen.storage.storage import open_storage
 
     storage, table = open_storage(url), RecordTable(url)
     hosts = {_host(p): p for p in procs}
@@ -133,7 +133,7 @@ def _kill_mid_trial(url: str, procs: list[subprocess.Popen]) -> tuple[subprocess
     pytest.fail("no process was seen measuring a trial")
 
 
-_OPEN = ("import sys, time; from pathlib import Path; import optuna; from opgen.storage import open_storage\n"
+_OPEN = ("import sys, time; from pathlib import Path; import optuna; from opgen.storage.storage import open_storage\n"
          "while not Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
          "optuna.create_study(study_name='s', storage=open_storage(sys.argv[1]), load_if_exists=True)")
 
@@ -142,7 +142,7 @@ def test_processes_opening_a_fresh_database_together_create_its_schema_and_study
     """Optuna creating its schema twice (CREATE TYPE studydirection) failed hosts started together."""
     import optuna
 
-    from opgen.storage import open_storage
+    from opgen.storage.storage import open_storage
 
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", _OPEN, postgres_url, str(go)], env=_env(), text=True,
@@ -157,8 +157,8 @@ def test_processes_opening_a_fresh_database_together_create_its_schema_and_study
 def test_three_hosts_one_killed_mid_trial_measure_every_point_once(tmp_path, postgres_url):
     from optuna.trial import TrialState
 
-    from opgen.records import read
-    from opgen.storage import open_storage
+    from opgen.storage.records import read
+    from opgen.storage.storage import open_storage
 
     root = _project(tmp_path / "hosts")
     hosts = [_start(root, f"host{i}", *TUNE, "--storage", postgres_url, "--heartbeat", "1") for i in range(3)]
@@ -212,7 +212,7 @@ def test_a_server_restart_mid_campaign_stops_the_hosts_cleanly_and_loses_no_reco
     """The hosts either ride out the restart or stop with a message saying to run the command
     again (never a traceback); what they recorded stays, and the run that resumes them measures
     each point left exactly once and decides each bucket once."""
-    from opgen.storage import open_storage
+    from opgen.storage.storage import open_storage
 
     url = fresh_database(own_postgres.url)
     open_storage(url)  # its tables, for the records to be read while the hosts start
@@ -258,12 +258,12 @@ def test_a_bucket_whose_holder_died_after_recording_its_winner_is_not_decided_ag
     the bucket over does not choose (and record) a second winner; one that died before it resumes."""
     from types import SimpleNamespace
 
-    from opgen import tune
-    from opgen.claims import Claims
-    from opgen.db_records import RecordTable
-    from opgen.records import WinnerRecord
-    from opgen.spec import load_spec
-    from opgen.storage import open_storage
+    from opgen.tune import tune
+    from opgen.storage.claims import Claims
+    from opgen.storage.db_records import RecordTable
+    from opgen.storage.records import WinnerRecord
+    from opgen.spec.spec import load_spec
+    from opgen.storage.storage import open_storage
 
     open_storage(postgres_url)  # the tables
     table = RecordTable(postgres_url)
@@ -291,11 +291,11 @@ def test_a_winner_is_written_only_while_its_bucket_claim_holds(postgres_url):
     """The records table writes a claim holder's winner while the claim holds, and refuses it
     (writing nothing) once the claim is gone with its connection, as a server restart takes it: the
     host that takes the bucket over then records the only winner."""
-    from opgen.claims import Claims
-    from opgen.db_records import RecordTable
+    from opgen.storage.claims import Claims
+    from opgen.storage.db_records import RecordTable
     from opgen.errors import StorageError
-    from opgen.records import WinnerRecord
-    from opgen.storage import open_storage
+    from opgen.storage.records import WinnerRecord
+    from opgen.storage.storage import open_storage
 
     open_storage(postgres_url)  # the tables
     table = RecordTable(postgres_url)
@@ -325,10 +325,10 @@ def test_pulling_from_a_database_without_records_of_the_op_says_so(tmp_path, pos
     """`opgen records --pull` from a database no campaign has opened, or one holding only other
     ops' or chips' records, says it holds none of this op on this chip (naming what it holds) and
     exits 2, appending nothing; never that a campaign stopped."""
-    from opgen.cli import main
-    from opgen.db_records import RecordTable
-    from opgen.records import WinnerRecord
-    from opgen.storage import open_storage
+    from opgen.cli.main import main
+    from opgen.storage.db_records import RecordTable
+    from opgen.storage.records import WinnerRecord
+    from opgen.storage.storage import open_storage
 
     pulled = tmp_path / RECORDS
     args = ["--root", str(TOY), "records", "toy_op", "--chip", "interpreter", "--records", str(pulled),
@@ -352,7 +352,7 @@ def test_pulling_from_a_database_without_records_of_the_op_says_so(tmp_path, pos
 def test_pulling_from_a_server_that_does_not_answer_says_nothing_was_read(tmp_path, capsys):
     """`opgen records --pull` from a server that does not answer names the URL (password masked)
     and the driver's reason, says nothing was read and exits 2; no campaign ran, so none stopped."""
-    from opgen.cli import main
+    from opgen.cli.main import main
 
     pulled = tmp_path / RECORDS
     url = "postgresql://user:SECRET@127.0.0.1:1/db?connect_timeout=5"
@@ -365,7 +365,7 @@ def test_pulling_from_a_server_that_does_not_answer_says_nothing_was_read(tmp_pa
 
 
 # --- a journal or SQLite file: one campaign at a time, or the shares of one split -------------
-_HOLD = ("import sys; from pathlib import Path; from opgen.storage import hold_campaign_lock; "
+_HOLD = ("import sys; from pathlib import Path; from opgen.storage.storage import hold_campaign_lock; "
          "hold_campaign_lock(Path(sys.argv[1]), eval(sys.argv[2])); print('held', flush=True); sys.stdin.read()")
 
 
@@ -410,7 +410,7 @@ def test_the_shares_of_one_split_tune_side_by_side_on_a_fresh_sqlite_file(tmp_pa
             assert proc.wait(timeout=300) == 0, _output(root, f"share{k}")[-3000:]
     finally:
         _stop_all(shares)
-    from opgen.records import read
+    from opgen.storage.records import read
 
     records = read(root / RECORDS, op="toy_op", chip="interpreter").records
     assert _measured(records) == GOOD
@@ -418,7 +418,7 @@ def test_the_shares_of_one_split_tune_side_by_side_on_a_fresh_sqlite_file(tmp_pa
 
 
 def test_messages_show_a_storage_url_without_its_password():
-    from opgen.storage import is_postgres, shown
+    from opgen.storage.storage import is_postgres, shown
 
     assert "secret" not in shown("postgresql://tuner:secret@db.example/opgen")
     assert shown("postgresql://tuner:secret@db.example/opgen").startswith("postgresql://tuner:***@db.example")

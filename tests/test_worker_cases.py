@@ -2,8 +2,8 @@
 precision bar of its first output (raised where the upstream half-precision computation errs more)."""
 from pathlib import Path
 
-from opgen.spec import load_spec
-from opgen.worker import prepare_case
+from opgen.spec.spec import load_spec
+from opgen.run.worker import prepare_case
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
@@ -30,7 +30,7 @@ SCALE_TWO = dict(B=1, H=2, K=64, T=100, V=32, chunk_size=32, dtype="bfloat16", s
 
 
 def test_the_bar_rises_to_the_half_references_error_where_that_is_higher():
-    from opgen.worker import precision_bar
+    from opgen.run.worker import precision_bar
 
     case = prepare_case(GLA, SCALE_TWO, 0, "cpu")
     fixed = GLA.accuracy.max_rel_l2["bfloat16"]
@@ -44,8 +44,8 @@ def test_the_bar_rises_to_the_half_references_error_where_that_is_higher():
 def test_a_half_point_at_scale_two_passes_the_raised_bar_and_fails_the_fixed_one():
     """On the interpreter, fold_general_tiled at scale 2 errs more than the fixed bf16 bar but no
     more than the raised one; the spec without half_ratio refuses it, naming the bar."""
-    from opgen.interpreter import patch_bf16
-    from opgen.worker import Task, WorkerState, run_task
+    from opgen.run.interpreter import patch_bf16
+    from opgen.run.worker import Task, WorkerState, run_task
 
     patch_bf16()
     point = dict(A_PAIR=True, BK=64, BV=32, DOT_PRECISION="ieee", EARLY_INTRA=True, EVICT_H=True, TRIL_LOAD=False,

@@ -1,12 +1,12 @@
-"""Wrapping of generated modules within 100 characters (opgen.wrap.wrap_source): no statement
+"""Wrapping of generated modules within 100 characters (opgen.render.wrap.wrap_source): no statement
 changes, every line fits, kernel identities stay the template's output."""
 import ast
 from pathlib import Path
 
-from opgen import kernels
-from opgen.records import kernel_hash
-from opgen.spec import load_spec
-from opgen.wrap import wrap_line, wrap_source
+from opgen.render import kernels
+from opgen.storage.records import kernel_hash
+from opgen.spec.spec import load_spec
+from opgen.render.wrap import wrap_line, wrap_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

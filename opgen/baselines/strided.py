@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from opgen.spec import load_spec
+from opgen.spec.spec import load_spec
 
 
 def strided_view(x: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Float64 golden references of opgen's operators, independent of any kernel.
 
 A spec's ``reference`` names four functions of one module (``module:function`` each); their
-contract is :class:`Reference` below. The tuner's correctness gate (``opgen.worker``) calls them
+contract is :class:`Reference` below. The tuner's correctness gate (``opgen.run.worker``) calls them
 with keyword arguments only: the op's tensors and scalars that each function's signature names
 (an argument it does not take is left out), plus ``device``.
 """

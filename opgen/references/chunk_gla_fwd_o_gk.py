@@ -14,7 +14,7 @@ Three evaluations of the same loop share one code path:
 - ``golden``: float64 (on the CPU unless a device is given), the truth every kernel is judged against;
 - ``reference_fp32``: float32 on the CPU, the fp32 reference of the dual benchmark;
 - ``magnitude``: float64 with the absolute value of every factor, i.e. sum |term| per output
-  element, the scale of cancellation used by ``opgen.accuracy.domain_check``.
+  element, the scale of cancellation used by ``opgen.run.accuracy.domain_check``.
 
 ``reference_half`` computes the op the way FLA's half-precision kernel rounds it (q * exp(g), h
 and A in the input dtype, exact sums, the output rounded): the yardstick of the spec's
@@ -116,7 +116,7 @@ def magnitude(q: torch.Tensor, v: torch.Tensor, g: torch.Tensor, A: torch.Tensor
     """Float64 sum of |term| per output element: |scale| * (|q| exp(g)) @ |h| + tril|A| @ |v|.
 
     An output much smaller than its magnitude is the result of cancellation; its error is judged
-    against the magnitude (see ``opgen.accuracy.domain_check``).
+    against the magnitude (see ``opgen.run.accuracy.domain_check``).
     """
     return _evaluate(q, v, g, A, h, scale, chunk_size, use_exp2, torch.float64, absolute=True, device=device)
 

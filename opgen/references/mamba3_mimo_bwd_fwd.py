@@ -341,7 +341,7 @@ def magnitude(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
     The recurrence is evaluated with |q|, |k|, |bias|, |cos|, |sin|, |v|, |Psi|, |dt|, |d|; the
     gradients with raw_y replaced by its magnitude: dmimo_o = sum_t |y| |SiLU(u)| |dout|,
     dU = |dout| |Phi| |y| |SiLU'(u)|, dz = sum_r dU |Zeta|, dmimo_z = sum_t dU |z|. An output much
-    smaller than its magnitude is the result of cancellation (``opgen.accuracy.domain_check``).
+    smaller than its magnitude is the result of cancellation (``opgen.run.accuracy.domain_check``).
     """
     return _evaluate(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
                      trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, torch.float64,

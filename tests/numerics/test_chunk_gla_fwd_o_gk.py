@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from opgen import space
-from opgen.accuracy import check_all
-from opgen.hardware import profile
+from opgen.space import space
+from opgen.run.accuracy import check_all
+from opgen.spec.hardware import profile
 from opgen.references.chunk_gla_fwd_o_gk import golden, magnitude, make_inputs, reference_fp32
-from opgen.spec import load_spec
+from opgen.spec.spec import load_spec
 
 from . import descriptor_interpreter
 

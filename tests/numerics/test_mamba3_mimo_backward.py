@@ -18,7 +18,7 @@ import functools
 import pytest
 import torch
 
-from opgen.accuracy import max_abs_rel, rel_l2
+from opgen.run.accuracy import max_abs_rel, rel_l2
 from opgen.references.mamba3_mimo_forward import INPUTS, forward, forward_grads, make_inputs
 
 FP32_BAR = 2.0 ** -16

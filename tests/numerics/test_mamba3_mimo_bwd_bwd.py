@@ -17,7 +17,7 @@ import importlib
 import pytest
 import torch
 
-from opgen.accuracy import dual_benchmark, max_abs_rel, rel_l2
+from opgen.run.accuracy import dual_benchmark, max_abs_rel, rel_l2
 from opgen.references.mamba3_mimo_bwd_bwd import OUTPUTS, golden, make_inputs, reference_fp32
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from opgen import space
-from opgen.accuracy import dual_benchmark, max_abs_rel
+from opgen.space import space
+from opgen.run.accuracy import dual_benchmark, max_abs_rel
 from opgen.references.mamba3_mimo_bwd_fwd import golden, make_inputs, reference_fp32
-from opgen.spec import load_spec
+from opgen.spec.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
@@ -250,7 +250,7 @@ def test_cuda_default_below_dot_sized_chunks():
     """At C * R = 8 no product of split or splitscan is a tl.dot: the cuda default's whole point
     there (ieee, not tf32x3_split, whose helpers took the tf32-rounded parts alone in broadcast
     sums) holds fp32's precision."""
-    from opgen.hardware import profile
+    from opgen.spec.hardware import profile
 
     row = dict(B=1, S=40, H=2, G=1, N=32, P=32, R=1, chunk_size=8, dtype="bfloat16", mimo_z_given=False, z_given=False)
     point = space.default_point(SPEC, profile("h200"), space.evaluate_params(SPEC, space.case_inputs(SPEC, row)))

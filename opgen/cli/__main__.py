@@ -1,0 +1,4 @@
+"""``python -m opgen.cli``: the ``opgen`` command."""
+from .main import main
+
+raise SystemExit(main())
