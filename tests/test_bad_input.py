@@ -238,6 +238,12 @@ def test_check_and_build_see_links_caches_modes_and_folders(tmp_path):
     ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', 'ub_bytes: "BLOCK > 4"', "a byte count"),
     ('ub_bytes: "BLOCK * 4 * (2 if multibuffer else 1)"', "ub_bytes: \"'a lot'\"", "a byte count"),
     ("N: {expr: N, buckets", 'N: {expr: "cdiv(N, 0)", buckets', "dispatch.key.N cannot be evaluated"),
+    ("golden: toy_reference:golden", "golden: toy_reference:nosuch",
+     "reference.golden: expected a name"),
+    ("golden: toy_reference:golden", "golden: no_such_module:golden",
+     "reference.golden: expected a module:name path whose module exists"),
+    ("inputs: toy_reference:make_inputs", "inputs: toy_reference.deeper:make_inputs",
+     "reference.inputs: expected a module:name path whose module exists"),
 ])
 def test_the_build_refuses_what_would_fail_later(tmp_path, old, new, expected):
     root = _toy(tmp_path)

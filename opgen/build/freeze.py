@@ -3,7 +3,7 @@
 The output is a pure function of the specs, the templates and the tuning records, byte for byte;
 ``check`` compares what would be written with what is on disk.
 Uses ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
-``render``, ``space``, ``spec``, ``table``, ``table_layout``.
+``render``, ``space``, ``spec``, ``spec_paths``, ``table``, ``table_layout``.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ..space.case_checks import check_cases
 from ..space.space import budget_formula, variants_for
 from ..spec.expr import Expr, python_helpers
 from ..spec.hardware import PROFILES, ChipProfile, rendering_of
+from ..spec.spec_paths import check_paths
 from ..spec.keys import bucket_index
 from ..spec.spec import KeyField, OpSpec, load_specs
 from ..storage import records as records_mod
@@ -311,6 +312,7 @@ def _table_file(root: Path, spec: OpSpec, inputs: OpInputs, chip: ChipProfile, e
 def build_op(root: Path, spec: OpSpec, notes: list[str] | None = None) -> list[GeneratedFile]:
     """Every generated file of one op, once its cases run through its checks and defaults; what a
     person should know of its records goes to ``notes``."""
+    check_paths(spec, root)
     check_cases(spec)
     env = op_environment(root, spec.op)
     inputs = op_inputs(root, spec)
