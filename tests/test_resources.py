@@ -19,8 +19,8 @@ from opgen.evidence.explain import text as explain_text
 from opgen.spec.hardware import profile
 from opgen.render.kernels import kernel_hashes
 from opgen.storage.records import record_path
-from opgen.evidence.resources import (check_text, compiled_call, cuda_resources, nearest_points, occupancy, resources,
-                             spill_free, spill_free_text, table_entries)
+from opgen.evidence.resource_checks import check_text, nearest_points, spill_free, spill_free_text
+from opgen.evidence.resources import compiled_call, cuda_resources, occupancy, resources, table_entries
 from opgen.space.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec.spec import load_spec
 from opgen.table.table import frozen_rows
@@ -305,7 +305,8 @@ def test_budget_formula_bounds_the_compiled_shared_memory_at_the_hardest_points(
     """The spec's smem_bytes formula at or above the shared memory Triton allocates for sm_90a
     (the largest kernel of a point), on the points named above, compiled cold (a few seconds
     each): an underestimate lets the tuner launch a point that does not fit."""
-    from opgen.evidence.resources import Entry, budget_against_compiled
+    from opgen.evidence.resource_checks import budget_against_compiled
+    from opgen.evidence.resources import Entry
 
     spec = _spec(op)
     entries = [Entry("sample", v, tuple(config.items()), tuple(case.items())) for v, config, case, _ in hard]

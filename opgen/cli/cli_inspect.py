@@ -37,7 +37,7 @@ def cmd_resources(args: argparse.Namespace) -> int:
     root = project_root(args)
     spec = op_spec(root, args.op)
     if args.check_budget:
-        from ..evidence.resources import check_budget, check_text
+        from ..evidence.resource_checks import check_budget, check_text
 
         cases = args.cases or ("bench" if "bench" in spec.cases else next(iter(spec.cases)))
         found = check_budget(root, spec, profile(args.chip), spec.expand_cases(cases), args.sample, args.seed,
@@ -60,14 +60,15 @@ def cmd_resources(args: argparse.Namespace) -> int:
         raise UsageError("--keep goes with --spill-free")
     report = resources(root, spec, chip, rows, args.jobs, args.python, cache, args.compile_timeout or None)
     if args.spill_free is not None:
-        from ..evidence.resources import default_workers, spill_free
+        from ..evidence.resource_checks import spill_free
+        from ..evidence.resources import default_workers
 
         report["spill_free"] = spill_free(root, spec, chip, report, args.spill_free, args.seed, keep,
                                           args.jobs or default_workers(), args.python, cache,
                                           args.compile_timeout or None)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else text(report))
     if "spill_free" in report and not args.json:
-        from ..evidence.resources import spill_free_text
+        from ..evidence.resource_checks import spill_free_text
 
         print(spill_free_text(report["spill_free"], keep))
     return 0

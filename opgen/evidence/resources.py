@@ -16,15 +16,14 @@ launch's), then:
 - Ascend: the front end (``opgen.evidence.frontend``: TTIR -> Linalg, accepted or not) beside the spec's
   UB estimate; the compiler's UB figure (``required_ub_bits``) comes from BiShengIR, on an NPU.
 
-:func:`check_budget` compares the spec's on-chip formula with the compiled shared memory on a
-sample of each variant's points. Uses ``table``, ``space``, ``spec``, ``records``, ``launches``,
+:mod:`opgen.evidence.resource_checks` holds what is checked against the compiler beside: the
+spill-free search and the spec's on-chip formula against the compiled shared memory. Uses ``table``, ``space``, ``spec``, ``records``, ``launches``,
 ``cuda_compile``, ``frontend``.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import UnsupportedInput, UsageError
 from ..render.kernels import kernel_hashes
-from ..space.space import (budget_bytes, budget_parts, case_inputs, default_point, evaluate_params, find_variant,
-                    fixed_values, is_legal, points, variants_for)
+from ..space.space import budget_parts, case_inputs, default_point, evaluate_params, find_variant, fixed_values
 from ..spec.hardware import ChipProfile
 from ..spec.spec import OpSpec
 from ..storage.records import Budget, record_path
@@ -84,7 +82,7 @@ class Entry:
         return self.variant, self.config, self.case
 
 
-def _params(spec: OpSpec, case: Mapping[str, Any]) -> dict[str, Any]:
+def shape_params(spec: OpSpec, case: Mapping[str, Any]) -> dict[str, Any]:
     return evaluate_params(spec, case_inputs(spec, case))
 
 
@@ -103,7 +101,7 @@ def table_entries(spec: OpSpec, chip: ChipProfile, table: FrozenTable) -> list[E
     for row in table.rows:
         case_row = row.measured.case if row.measured is not None else row.winner.case
         case = tuple(case_row.items())
-        params = _params(spec, case_row)
+        params = shape_params(spec, case_row)
         record = row.winner.budget if row.source is None else None
         entry = Entry("choice", row.variant, _at(spec, row.variant, row.point, params), case, 1, record)
         held = choices.get(entry.same)
@@ -290,7 +288,7 @@ def npu_resources(root: Path, spec: OpSpec, chip: ChipProfile, entries: list[Ent
     arch = chip.device_names[0] if chip.device_names else "Ascend910B3"
     for entry in entries:
         item = _plain(entry)
-        params = _params(spec, dict(entry.case))
+        params = shape_params(spec, dict(entry.case))
         parts = budget_parts(spec, find_variant(spec, entry.variant), dict(entry.config), params, chip)
         if parts is not None:
             item["budget"] = {"kind": parts[0], "limit": chip.budget(parts[0]), "estimate": parts[1],
@@ -315,11 +313,11 @@ def npu_resources(root: Path, spec: OpSpec, chip: ChipProfile, entries: list[Ent
 
 
 # --- text ---------------------------------------------------------------------------------------
-def _values(pairs: Mapping[str, Any]) -> str:
+def values_text(pairs: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in pairs.items())
 
 
-def _short(report: Mapping[str, Any], name: str) -> str:
+def kernel_text(report: Mapping[str, Any], name: str) -> str:
     return name.removeprefix(f"{report['op']}_")
 
 
@@ -327,7 +325,7 @@ def _head(e: Mapping[str, Any]) -> str:
     what = {"choice": f"choice ({e['rows']} rows)", "default": f"default ({e['rows']} rows' shape)",
             "case": "case", "sample": "sample"}[e["role"]]
     config = ",".join(f"{k}={v}" for k, v in e["config"].items())
-    return f"{what}: {e['variant']}:{config}\n  at {_values(e['case'])}"
+    return f"{what}: {e['variant']}:{config}\n  at {values_text(e['case'])}"
 
 
 def text(report: Mapping[str, Any]) -> str:
@@ -345,7 +343,7 @@ def text(report: Mapping[str, Any]) -> str:
                 lines.append(f"  error: {e['error']}")
             for k in e.get("kernels", ()):
                 verdict = "accepted" if k["accepted"] else f"refused ({k['stage']}): {k['message'][:300]}"
-                lines.append(f"  {_short(report, k['name']):<28} front end {verdict}")
+                lines.append(f"  {kernel_text(report, k['name']):<28} front end {verdict}")
         return "\n".join(lines)
     lines.append(f"  compiled by {report['python']}; figures cached in {report['cache']}")
     lines.append("  CTAs/SM: blocks a multiprocessor holds, the least of its limits by registers, shared "
@@ -359,10 +357,10 @@ def text(report: Mapping[str, Any]) -> str:
             lines.append(f"  error: {e['error']}")
         for k in e.get("kernels", ()):
             if "error" in k:
-                lines.append(f"  {_short(report, k['name']):<28} error: {k['error'][:300]}")
+                lines.append(f"  {kernel_text(report, k['name']):<28} error: {k['error'][:300]}")
                 continue
             by = ", ".join(n for n, v in k["limits"].items() if v == k["ctas"])
-            lines.append(f"  {_short(report, k['name']):<28} {k['num_warps']:>5} {k['regs']:>5} {k['spill_stores']:>8} "
+            lines.append(f"  {kernel_text(report, k['name']):<28} {k['num_warps']:>5} {k['regs']:>5} {k['spill_stores']:>8} "
                          f"{k['spill_loads']:>8} {k['stack']:>6} {k['smem']:>7} {k['ctas']:>7}  {by}")
         record = e.get("record")
         if record is not None and record.get("reported") is not None:
@@ -372,18 +370,18 @@ def text(report: Mapping[str, Any]) -> str:
     lines.append(f"{s['kernels']} distinct kernels: {s['compiled']} compiled, {s['cached']} from the cache, "
                  f"{s['failed']} failed; {s['spilling']} of them spill registers")
     for sp in s["spills"][:10]:
-        lines.append(f"  spills: {sp['variant']} {_short(report, sp['kernel'])}: {sp['stores']} B stored, {sp['loads']} B loaded")
+        lines.append(f"  spills: {sp['variant']} {kernel_text(report, sp['kernel'])}: {sp['stores']} B stored, {sp['loads']} B loaded")
     if "max_regs" in s:
         m, n = s["max_regs"], s["max_smem"]
-        lines.append(f"most registers: {m['regs']} ({m['variant']} {_short(report, m['kernel'])}); most shared "
-                     f"memory: {n['smem']} ({n['variant']} {_short(report, n['kernel'])})")
+        lines.append(f"most registers: {m['regs']} ({m['variant']} {kernel_text(report, m['kernel'])}); most shared "
+                     f"memory: {n['smem']} ({n['variant']} {kernel_text(report, n['kernel'])})")
     for name, r in s["records"].items():
         if r["agree"] or r["differ"]:
             lines.append(f"{name} against the winner records' device figures: {r['agree']} agree, "
                          f"{len(r['differ'])} differ")
             for d in r["differ"][:10]:
                 lines.append(f"  {d['variant']}:{','.join(f'{k}={v}' for k, v in d['config'].items())} at "
-                             f"{_values(d['case'])}: compiled {d['compiled']}, recorded {d['record']}")
+                             f"{values_text(d['case'])}: compiled {d['compiled']}, recorded {d['record']}")
     return "\n".join(lines)
 
 
@@ -403,175 +401,6 @@ def compiled_call(root: Path, result: dict[str, Any], spec: OpSpec, chip: ChipPr
 
 
 # --- spill-free alternatives ----------------------------------------------------------------------
-def spills(entry: Mapping[str, Any]) -> int:
-    """Spill bytes (stores and loads) a thread of a compiled entry's kernels, summed."""
-    return sum(k.get("spill_stores", 0) + k.get("spill_loads", 0) for k in entry.get("kernels", ()))
-
-
-def nearest_points(spec: OpSpec, chip: ChipProfile, variant: str, config: Mapping[str, Any],
-                   case: Mapping[str, Any], count: int, seed: int, keep: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Up to ``count`` points of ``variant``'s space at ``case`` (the tuner's: domains, fixed
-    tunables, constraints, budget) other than ``config``, those differing from it in the fewest
-    tunables first (ties in a draw seeded by ``seed``), each holding the tunables of ``keep`` at
-    ``config``'s values."""
-    held = {n: config[n] for n in keep}
-    found, _ = points(spec, find_variant(spec, variant), chip, _params(spec, case))
-    rng = random.Random(seed)
-    ranked = []
-    for point in found:
-        values = dict(point.config)
-        if values == dict(config) or any(values.get(n) != v for n, v in held.items()):
-            continue
-        ranked.append((sum(values.get(n) != v for n, v in config.items()), rng.random(), values))
-    ranked.sort(key=lambda t: t[:2])
-    return [values for _, _, values in ranked[:count]]
-
-
-def spill_free(root: Path, spec: OpSpec, chip: ChipProfile, report: Mapping[str, Any], count: int, seed: int = 0,
-               keep: Iterable[str] = (), workers: int = 1, python: str | None = None, cache: Path | None = None,
-               timeout: float | None = None) -> list[dict[str, Any]]:
-    """For each choice of a :func:`cuda_resources` report whose kernels spill: ``count`` points
-    of its space nearest it (:func:`nearest_points`), compiled at its case, and the nearest of
-    those whose kernels spill nothing (None where none of them does)."""
-    keep = tuple(keep)
-    spilling = [e for e in report["entries"] if e["role"] == "choice" and spills(e)]
-    tried = [[Entry("alternative", e["variant"], tuple(c.items()), tuple(e["case"].items()))
-              for c in nearest_points(spec, chip, e["variant"], e["config"], e["case"], count, seed, keep)]
-             for e in spilling]
-    compiled = cuda_resources(root, spec, chip, [a for t in tried for a in t], workers, python, cache, timeout)
-    figures = iter(compiled["entries"])
-    out = []
-    for e, alternatives in zip(spilling, tried):
-        found = [next(figures) for _ in alternatives]
-        clean = [f for f in found if "error" not in f and not any("error" in k for k in f["kernels"])
-                 and spills(f) == 0]
-        best = clean[0] if clean else None
-        out.append({"variant": e["variant"], "config": e["config"], "case": e["case"], "spills": spills(e),
-                    "regs": max(k["regs"] for k in e["kernels"]), "tried": len(found), "spill_free": len(clean),
-                    "nearest": None if best is None else {
-                        "changed": {n: v for n, v in best["config"].items() if e["config"].get(n) != v},
-                        "regs": max(k["regs"] for k in best["kernels"])}})
-    return out
-
-
-def spill_free_text(found: list[Mapping[str, Any]], keep: Iterable[str] = ()) -> str:
-    """:func:`spill_free`'s answer as lines for a person."""
-    held = f", {', '.join(keep)} held" if keep else ""
-    lines = [f"choices whose kernels spill, and the nearest points of their space that spill nothing{held}:"]
-    for f in found:
-        lines.append(f"  {f['variant']} at {_values(f['case'])}: {f['spills']} B spilled a thread, "
-                     f"{f['regs']} registers at most")
-        near = f["nearest"]
-        if near is None:
-            lines.append(f"    none of the {f['tried']} nearest points compiles without spills")
-        else:
-            lines.append(f"    nearest without spills: {_values(near['changed'])} ({near['regs']} registers at most); "
-                         f"{f['spill_free']} of the {f['tried']} nearest points spill nothing")
-    if not found:
-        lines.append("  none: no choice spills")
-    return "\n".join(lines)
-
-
-# --- the budget model against the compiler ------------------------------------------------------
-def sample_entries(spec: OpSpec, chip: ChipProfile, rows: list[Mapping[str, Any]], sample: int, seed: int,
-                   variants: Iterable[str] | None = None) -> list[Entry]:
-    """``sample`` distinct points of each variant of the chip's rendering (of ``variants``), drawn
-    with ``seed``: a case of ``rows`` where the variant is legal, then a point of its space there
-    (the tuner's: domains, the tunables the variant fixes, constraints, within the budget); fewer
-    where the space holds fewer."""
-    wanted = None if variants is None else set(variants)
-    out: list[Entry] = []
-    for variant in variants_for(spec, chip.rendering):
-        if wanted is not None and variant.name not in wanted:
-            continue
-        legal = []
-        for row in rows:
-            params = _params(spec, row)
-            if is_legal(spec, variant, params):
-                legal.append((row, params))
-        rng = random.Random(f"{seed}:{variant.name}")
-        spaces: dict[int, tuple] = {}
-        drawn: dict[tuple, Entry] = {}
-        for _ in range(4 * sample if legal else 0):
-            if len(drawn) == sample:
-                break
-            i = rng.randrange(len(legal))
-            if i not in spaces:
-                spaces[i] = points(spec, variant, chip, legal[i][1])[0]
-            if spaces[i]:
-                entry = Entry("sample", variant.name, rng.choice(spaces[i]).values, tuple(legal[i][0].items()))
-                drawn.setdefault(entry.same, entry)
-        out.extend(drawn.values())
-    return out
-
-
-def check_budget(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[Mapping[str, Any]], sample: int,
-                 seed: int, variants: Iterable[str] | None = None, choices: bool = True, workers: int | None = None,
-                 python: str | None = None, cache: Path | None = None, timeout: float | None = None) -> dict[str, Any]:
-    """The spec's on-chip formula against the compiled shared memory (the largest of a point's
-    kernels) on the frozen table's choices (``choices``) and :func:`sample_entries`' points: each
-    point's estimate and figure, and the underestimates (a figure above its estimate)."""
-    if chip.backend != "cuda":
-        raise UsageError("--check-budget compares the formula with the compiled shared memory: an NVIDIA chip")
-    wanted = None if variants is None else set(variants)
-    entries = []
-    if choices:
-        table = frozen_rows(spec, chip, record_path(root, chip.name, spec.op), kernel_hashes(root, spec, chip.rendering))
-        entries = [e for e in table_entries(spec, chip, table)
-                   if e.role == "choice" and (wanted is None or e.variant in wanted)]
-    entries += sample_entries(spec, chip, rows, sample, seed, variants)
-    report = cuda_resources(root, spec, chip, entries, workers or default_workers(), python, cache, timeout)
-    checked = budget_against_compiled(spec, chip, report)
-    return {"op": spec.op, "chip": chip.name, "target": report["target"], "sample": sample, "seed": seed,
-            "choices": choices, "cases": len(rows), "points": checked,
-            "underestimates": [p for p in checked if p["compiled"] > p["estimate"]],
-            "failed": [e for e in report["entries"] if "error" in e or any("error" in k for k in e["kernels"])],
-            "summary": report["summary"]}
-
-
-def budget_against_compiled(spec: OpSpec, chip: ChipProfile, report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """For each entry of a :func:`cuda_resources` answer whose kernels all compiled: the spec's
-    estimate of its on-chip bytes at its case and the compiled shared memory of its largest kernel."""
-    out = []
-    for e in report["entries"]:
-        used = budget_bytes(spec, find_variant(spec, e["variant"]), e["config"], _params(spec, e["case"]), chip)
-        kernels = [k for k in e.get("kernels", ()) if "error" not in k]
-        if used is None or not kernels or len(kernels) != len(e["kernels"]):
-            continue
-        largest = max(kernels, key=lambda k: k["smem"])
-        out.append({"role": e["role"], "variant": e["variant"], "config": e["config"], "case": e["case"],
-                    "kind": used[0], "estimate": used[1], "compiled": largest["smem"], "kernel": largest["name"]})
-    return out
-
-
-def check_text(report: Mapping[str, Any]) -> str:
-    """:func:`check_budget`'s answer as lines for a person: per variant, the points checked, the
-    underestimates and the largest figure over its estimate; then each underestimate."""
-    head = "the frozen table's choices and " if report["choices"] else ""
-    lines = [f"{report['op']} on {report['chip']} ({report['target']}): the spec's budget formula against the "
-             f"compiled shared memory (the largest kernel's), on {head}{report['sample']} points a variant drawn "
-             f"with seed {report['seed']} from its space at {report['cases']} cases",
-             f"  {'variant':<32} {'points':>6} {'under':>5} {'compiled / estimate':>20}"]
-    by: dict[str, list[dict[str, Any]]] = {}
-    for p in report["points"]:
-        by.setdefault(p["variant"], []).append(p)
-    for variant, ps in by.items():
-        worst = max(p["compiled"] / p["estimate"] if p["estimate"] else float("inf") for p in ps)
-        lines.append(f"  {variant:<32} {len(ps):>6} {sum(p['compiled'] > p['estimate'] for p in ps):>5} "
-                     f"{'max ' + format(worst, '.2f'):>20}")
-    under = report["underestimates"]
-    lines.append(f"{len(report['points'])} points checked, {len(under)} underestimated, "
-                 f"{len(report['failed'])} failed to compile")
-    for p in under:
-        config = ",".join(f"{k}={v}" for k, v in p["config"].items())
-        lines.append(f"  {p['role']} {p['variant']}:{config} at {_values(p['case'])}: estimate {p['estimate']}, "
-                     f"compiled {p['compiled']} ({_short(report, p['kernel'])})")
-    for e in report["failed"]:
-        lines.append(f"  failed: {e['variant']} at {_values(e['case'])}: "
-                     f"{e.get('error') or next(k['error'] for k in e['kernels'] if 'error' in k)}"[:400])
-    return "\n".join(lines)
-
-
 def resources(root: Path, spec: OpSpec, chip: ChipProfile, case_rows: list[dict[str, Any]] | None = None,
               workers: int | None = None, python: str | None = None, cache: Path | None = None,
               timeout: float | None = None) -> dict[str, Any]:
