@@ -107,3 +107,44 @@ def own_postgres():
         yield server
     finally:
         server.stop()
+
+
+# --- the build of the project itself, once per test run ------------------------------------------
+@pytest.fixture(scope="session")
+def project_build(tmp_path_factory, worker_id):
+    """``freeze.build_all`` of the repository, and the context names each template was rendered
+    with (template name -> set of names): built once for the whole run, the xdist workers sharing
+    it through a file (the first to ask builds, the others wait for it and read it)."""
+    import json
+
+    from filelock import FileLock
+
+    from opgen import freeze, kernels
+    from opgen.kernels import GeneratedFile
+
+    def build():
+        seen: dict[str, set[str]] = {}
+        real = freeze.render
+
+        def spy(env, template, context, *width):
+            seen.setdefault(template, set()).update(context)
+            return real(env, template, context, *width)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(freeze, "render", spy)
+            mp.setattr(kernels, "render", spy)
+            files = freeze.build_all(Path(__file__).resolve().parents[1])
+        return {"files": [[f.path, f.text] for f in files], "passed": {t: sorted(n) for t, n in seen.items()}}
+
+    if worker_id == "master":
+        data = build()
+    else:
+        shared = tmp_path_factory.getbasetemp().parent / "project_build.json"
+        with FileLock(str(shared) + ".lock"):
+            if shared.is_file():
+                data = json.loads(shared.read_text(encoding="utf-8"))
+            else:
+                data = build()
+                shared.write_text(json.dumps(data), encoding="utf-8")
+    return ([GeneratedFile(path, text) for path, text in data["files"]],
+            {t: set(names) for t, names in data["passed"].items()})
