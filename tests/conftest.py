@@ -148,3 +148,38 @@ def project_build(tmp_path_factory, worker_id):
                 shared.write_text(json.dumps(data), encoding="utf-8")
     return ([GeneratedFile(path, text) for path, text in data["files"]],
             {t: set(names) for t, names in data["passed"].items()})
+
+
+@pytest.fixture(scope="session")
+def h200_table():
+    """``h200_table(op)``: (spec, frozen_rows of the op's committed H200 records), computed once a
+    test process (several tests read the same committed table; none changes it)."""
+    from opgen.hardware import profile
+    from opgen.kernels import kernel_hashes
+    from opgen.records import record_path
+    from opgen.spec import load_spec
+    from opgen.table import frozen_rows
+
+    root, chip, cache = Path(__file__).resolve().parents[1], profile("h200"), {}
+
+    def get(op: str):
+        if op not in cache:
+            spec = load_spec(root / "specs" / f"{op}.yaml", root)
+            cache[op] = spec, frozen_rows(spec, chip, record_path(root, chip.name, op),
+                                          kernel_hashes(root, spec, chip.rendering))
+        return cache[op]
+    return get
+
+
+# --- the order the tests are handed out in --------------------------------------------------------
+# The files of the longest tests (whole tuning campaigns, builds, sm_90a compiles) go first, the
+# longest first, each file's tests in their own order: with pyproject's --dist worksteal the
+# run's last minutes are short tests on both workers, not one long test on one while the other
+# idles.
+SLOW_FIRST = ("test_tune.py", "test_tune_hosts.py", "test_build.py", "test_resources.py", "test_report_page.py",
+              "test_shard.py", "test_measure_fill.py", "test_tune_faults.py", "test_table_layout.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: file order kept
