@@ -107,3 +107,79 @@ def own_postgres():
         yield server
     finally:
         server.stop()
+
+
+# --- the build of the project itself, once per test run ------------------------------------------
+@pytest.fixture(scope="session")
+def project_build(tmp_path_factory, worker_id):
+    """``freeze.build_all`` of the repository, and the context names each template was rendered
+    with (template name -> set of names): built once for the whole run, the xdist workers sharing
+    it through a file (the first to ask builds, the others wait for it and read it)."""
+    import json
+
+    from filelock import FileLock
+
+    from opgen import freeze, kernels
+    from opgen.kernels import GeneratedFile
+
+    def build():
+        seen: dict[str, set[str]] = {}
+        real = freeze.render
+
+        def spy(env, template, context, *width):
+            seen.setdefault(template, set()).update(context)
+            return real(env, template, context, *width)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(freeze, "render", spy)
+            mp.setattr(kernels, "render", spy)
+            files = freeze.build_all(Path(__file__).resolve().parents[1])
+        return {"files": [[f.path, f.text] for f in files], "passed": {t: sorted(n) for t, n in seen.items()}}
+
+    if worker_id == "master":
+        data = build()
+    else:
+        shared = tmp_path_factory.getbasetemp().parent / "project_build.json"
+        with FileLock(str(shared) + ".lock"):
+            if shared.is_file():
+                data = json.loads(shared.read_text(encoding="utf-8"))
+            else:
+                data = build()
+                shared.write_text(json.dumps(data), encoding="utf-8")
+    return ([GeneratedFile(path, text) for path, text in data["files"]],
+            {t: set(names) for t, names in data["passed"].items()})
+
+
+@pytest.fixture(scope="session")
+def h200_table():
+    """``h200_table(op)``: (spec, frozen_rows of the op's committed H200 records), computed once a
+    test process (several tests read the same committed table; none changes it)."""
+    from opgen.hardware import profile
+    from opgen.kernels import kernel_hashes
+    from opgen.records import record_path
+    from opgen.spec import load_spec
+    from opgen.table import frozen_rows
+
+    root, chip, cache = Path(__file__).resolve().parents[1], profile("h200"), {}
+
+    def get(op: str):
+        if op not in cache:
+            spec = load_spec(root / "specs" / f"{op}.yaml", root)
+            cache[op] = spec, frozen_rows(spec, chip, record_path(root, chip.name, op),
+                                          kernel_hashes(root, spec, chip.rendering))
+        return cache[op]
+    return get
+
+
+# --- the order the tests are handed out in --------------------------------------------------------
+# The files of the longest tests (whole tuning campaigns, builds, sm_90a compiles) go first, the
+# longest first, each file's tests in their own order: with pyproject's --dist worksteal the
+# run's last minutes are short tests on both workers, not one long test on one while the other
+# idles.
+SLOW_FIRST = ("test_tune.py", "test_tune_hosts.py", "test_build.py", "test_resources.py", "test_report_page.py",
+              "test_shard.py", "test_measure_fill.py", "test_tune_faults.py", "test_table_layout.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: file order kept

@@ -24,9 +24,10 @@ def project(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def root_build():
-    """The build of the project itself, as a list of files (built once for the tests that read it)."""
-    return freeze.build_all(ROOT)
+def root_build(project_build):
+    """The build of the project itself, as a list of files (built once per run: conftest's
+    project_build, which test_templates reads too)."""
+    return project_build[0]
 
 
 def test_committed_generated_tree_is_fresh(root_build):
@@ -34,8 +35,10 @@ def test_committed_generated_tree_is_fresh(root_build):
 
 
 def test_check_catches_a_hand_edit_and_a_stray_file_and_build_mends_both(project, root_build, capsys):
-    """--check names the edited and the stray file; a second build (of the copy, its specs loaded
-    anew) mends both, writes what is missing and gives the bytes of the first: two builds, one output."""
+    """--check (a build of the copy, its specs loaded anew) names the edited and the stray file
+    alone: the copy's build is the project's. Writing that build (what `opgen build` does after
+    building; the command itself: test_console_script_builds_then_checks) mends both, writes what
+    is missing and gives the bytes of the project's build."""
     table = project / "generated" / "chunk_gla_fwd_o_gk" / "table_h200.py"
     fresh = table.read_text()
     table.write_text(fresh.replace("BUDGET = ", "BUDGET = 1 + "))
@@ -46,39 +49,35 @@ def test_check_catches_a_hand_edit_and_a_stray_file_and_build_mends_both(project
     assert "(2 files differ)" in err and "generated/chunk_gla_fwd_o_gk/table_h200.py" in err
     assert "old_variant.py" in err
     shutil.rmtree(project / "generated" / "mamba3_mimo_bwd_fwd")  # a build writes what is missing too
-    assert main(["--root", str(project), "build"]) == 0
+    missing = {f.path for f in root_build if f.path.startswith("generated/mamba3_mimo_bwd_fwd/")}
+    changed = freeze.write(project, root_build)
+    assert set(changed) == {"generated/chunk_gla_fwd_o_gk/table_h200.py",
+                            "generated/chunk_gla_fwd_o_gk/kernels/npu/old_variant.py"} | missing
     assert not stray.exists() and table.read_text() == fresh
     built = {p.relative_to(project).as_posix(): p.read_text() for p in (project / "generated").rglob("*.py")}
     assert built == {f.path: f.text for f in root_build}
+    assert freeze.stale(project, root_build) == []
 
 
-def test_check_catches_a_spec_change(project):
+def test_a_spec_change_and_a_template_change_reach_their_ops_files_alone(project, root_build):
+    """One build of a copy with two edits (one build where there were two): a spec formula of
+    chunk_gla_fwd_o_gk and a template of mamba3_mimo_bwd_fwd. The same paths; every file of the
+    template's op differs (its templates' hash), chunk_gla's public function renders the new
+    formula and `opgen build --check` would name it (freeze.stale, what --check reports; its exit
+    code: test_check_catches_a_hand_edit_...), and the third op's files are unchanged."""
     spec = project / "specs" / "chunk_gla_fwd_o_gk.yaml"
     spec.write_text(spec.read_text().replace('BK: "32 if K <= 32', 'BK: "16 if K <= 32'))
-    assert main(["--root", str(project), "build", "--check"]) == 1
-
-
-def test_headers_name_spec_templates_and_records(root_build):
-    files = root_build
-    for f in files:
-        assert f.text.startswith(HEADER_LINES), f.path
-        if "/kernels/" not in f.path:  # the public API and the tables read as hand-written
-            assert max(map(len, f.text.splitlines())) <= 100, f.path
-    table = next(f for f in files if f.path.endswith("table_ascend910b3.py"))
-    assert "# spec       specs/chunk_gla_fwd_o_gk.yaml" in table.text
-    assert "# records    records/ascend910b3/chunk_gla_fwd_o_gk.jsonl" in table.text
-    kernel = next(f for f in files if f.path.endswith("kernels/npu/fp32_general_persistent.py"))
-    assert "# templates  templates/chunk_gla_fwd_o_gk/*.j2  sha256:" in kernel.text
-    assert "# templates  templates/chunk_gla_fwd_o_gk/*.j2, opgen/templates/*.j2  sha256:" in table.text
-
-
-def test_template_change_changes_hashes(project, root_build):
-    before = root_build  # the project's copy builds the same files
-    template = project / "templates" / "chunk_gla_fwd_o_gk" / "chunk_o.py.j2"
+    template = project / "templates" / "mamba3_mimo_bwd_fwd" / "bwd_fwd.py.j2"
     template.write_text(template.read_text() + "\n{# a comment #}\n")
-    after = freeze.build_all(project)
-    assert [f.path for f in before] == [f.path for f in after]
-    assert all(a.text != b.text for a, b in zip(before, after) if "chunk_gla_fwd_o_gk" in a.path)
+    before = {f.path: f.text for f in root_build}  # the project's copy built the same files
+    after = {f.path: f.text for f in freeze.build_all(project)}
+    assert list(before) == list(after)
+    changed = {path for path in after if after[path] != before[path]}
+    assert {p for p in after if "/mamba3_mimo_bwd_fwd/" in p} <= changed
+    assert not {p for p in changed if "/mamba3_mimo_bwd_bwd/" in p}
+    api = "generated/chunk_gla_fwd_o_gk/__init__.py"
+    assert "BK = 16 if K <= 32" in after[api] and "BK = 16 if K <= 32" not in before[api]
+    assert api in freeze.stale(project, [type(root_build[0])(path, text) for path, text in after.items()])
 
 
 def test_every_variant_and_chip_is_generated(root_build):

@@ -73,6 +73,8 @@ ALLOWED: list[tuple[str, re.Pattern[str], str]] = [
     ("opgen/cli/cli_parser.py", re.compile(r"\(default: today\)"), "the --date option's help says so"),
     ("opgen/render/render.py", re.compile(r"\bSandboxedEnvironment\b|jinja2\.sandbox\b"),
      "Jinja's restricted template environment, the base of the bounded one the build renders with"),
+    ("tests/conftest.py", re.compile(r'^@pytest\.fixture\(scope="session"\)$'),
+     "pytest's scope of a fixture made once for the whole test run"),
 ]
 
 

@@ -34,13 +34,12 @@ def test_a_table_without_tuned_rows_has_no_fill(tmp_path):
     assert fill_ranges(spec, table.rows, config_names(table.rows)) == []
 
 
-def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
+def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone(h200_table):
     """With dispatch.fill_distance 0 an untuned bucket runs the spec's default unless the measure
     step timed the tuned points on it: the GLA H200 records, whose table fills hundreds of buckets
     at an unbounded distance, freeze their tuned and measured rows alone."""
-    spec, chip = load_spec(ROOT / "specs" / "chunk_gla_fwd_o_gk.yaml", ROOT), profile("h200")
+    (spec, unbounded), chip = h200_table("chunk_gla_fwd_o_gk"), profile("h200")
     hashes, path = kernel_hashes(ROOT, spec, "cuda"), records.record_path(ROOT, "h200", spec.op)
-    unbounded = frozen_rows(spec, chip, path, hashes)
     assert unbounded.filled > unbounded.measured > 0
     bounded = spec.model_copy(update={"dispatch": spec.dispatch.model_copy(update={"fill_distance": 0})})
     table = frozen_rows(bounded, chip, path, hashes)
@@ -50,12 +49,11 @@ def test_a_spec_with_fill_distance_0_freezes_its_tuned_rows_alone():
     assert all(f.measured for f in fill_ranges(bounded, table.rows, config_names(table.rows)))
 
 
-def test_fill_moves_lets_a_row_fill_only_buckets_that_differ_in_those_fields(tmp_path):
+def test_fill_moves_lets_a_row_fill_only_buckets_that_differ_in_those_fields(tmp_path, h200_table):
     """mamba3's ``dispatch.fill_moves: [work]``: each filled row of its H200 table comes from the
     tuned row of the same N, P, R (and C, Z, dtype) buckets at another grid size; every bucket of
     another shape runs the default. A field the key does not bucket is refused."""
-    spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
-    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    (spec, table), chip = h200_table("mamba3_mimo_bwd_fwd"), profile("h200")
     work = list(spec.dispatch.key).index("work")
     filled = [r for r in table.rows if r.source is not None and r.measured is None]
     assert filled and all(r.source[:work] + r.source[work + 1:] == r.key[:work] + r.key[work + 1:]
@@ -70,9 +68,8 @@ def test_fill_moves_lets_a_row_fill_only_buckets_that_differ_in_those_fields(tmp
 
 
 @pytest.mark.parametrize("op", ["chunk_gla_fwd_o_gk"])
-def test_fill_ranges_serve_every_filled_key_and_nothing_else(op):
-    spec, chip = load_spec(ROOT / "specs" / f"{op}.yaml", ROOT), profile("h200")
-    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", op), kernel_hashes(ROOT, spec, "cuda"))
+def test_fill_ranges_serve_every_filled_key_and_nothing_else(op, h200_table):
+    spec, table = h200_table(op)
     names = config_names(table.rows)
     fills = fill_ranges(spec, table.rows, names)
     fields = list(spec.dispatch.key.values())
@@ -126,11 +123,10 @@ def test_a_fill_for_one_key_is_that_keys_row_of_the_whole_fill():
     assert filled >= 1
 
 
-def test_a_config_keeps_its_name_when_others_come_and_go():
+def test_a_config_keeps_its_name_when_others_come_and_go(h200_table):
     """Config names come from the tunables, not from their rank: a re-tune that adds, drops or
     moves other configs leaves a config's name as it was, and no two configs share one."""
-    spec, chip = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT), profile("h200")
-    table = frozen_rows(spec, chip, records.record_path(ROOT, "h200", spec.op), kernel_hashes(ROOT, spec, "cuda"))
+    spec, table = h200_table("mamba3_mimo_bwd_fwd")
     names = config_names(table.rows)
     assert len(set(names.values())) == len(names) > 2
     assert all(re.fullmatch(rf"{variant}/[0-9a-f]{{6,}}", name) for (variant, _), name in names.items())

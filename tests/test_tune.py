@@ -196,15 +196,18 @@ def test_timed_out_under_reads_the_attribute_or_the_reason():
 
 
 def test_parallel_compile_workers_record_the_same_statuses(tmp_path):
+    """The campaign of ``tuned`` with two compile workers, less the hanging variant: a pool worker
+    is the tuner's one Worker class, whose timeout ``tuned`` meets for real, and a timeout among
+    the compile workers is retried alone (test_a_timeout_among_parallel_compiles_is_retried_...)."""
     root = _project(tmp_path)
-    _tune(root, "--point-timeout", "4", "--compile-workers", "2")
+    _tune(root, "--point-timeout", "4", "--compile-workers", "2", "--variants", "good,crash,wrong")
     trials = [r for r in _records(root) if r["kind"] == "trial"]
     status = {}
     for r in trials:
         status.setdefault(r["variant"], set()).add(r["status"])
-    assert status == {"good": {"ok"}, "crash": {"crash"}, "hang": {"timeout"}, "wrong": {"wrong_result"}}
+    assert status == {"good": {"ok"}, "crash": {"crash"}, "wrong": {"wrong_result"}}
     assert all(r["median_ms"] is not None for r in trials if r["status"] == "ok")
-    assert len(trials) == 12 and [r["variant"] for r in _records(root) if r["kind"] == "winner"] == ["good"]
+    assert len(trials) == 9 and [r["variant"] for r in _records(root) if r["kind"] == "winner"] == ["good"]
 
 
 def test_cross_check_measures_each_bucket_against_its_leave_one_out_fill(tmp_path):
