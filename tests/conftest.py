@@ -119,8 +119,9 @@ def project_build(tmp_path_factory, worker_id):
 
     from filelock import FileLock
 
-    from opgen import freeze, kernels
-    from opgen.kernels import GeneratedFile
+    from opgen.build import freeze
+    from opgen.render import kernels
+    from opgen.render.kernels import GeneratedFile
 
     def build():
         seen: dict[str, set[str]] = {}
@@ -154,11 +155,11 @@ def project_build(tmp_path_factory, worker_id):
 def h200_table():
     """``h200_table(op)``: (spec, frozen_rows of the op's committed H200 records), computed once a
     test process (several tests read the same committed table; none changes it)."""
-    from opgen.hardware import profile
-    from opgen.kernels import kernel_hashes
-    from opgen.records import record_path
-    from opgen.spec import load_spec
-    from opgen.table import frozen_rows
+    from opgen.render.kernels import kernel_hashes
+    from opgen.spec.hardware import profile
+    from opgen.spec.spec import load_spec
+    from opgen.storage.records import record_path
+    from opgen.table.table import frozen_rows
 
     root, chip, cache = Path(__file__).resolve().parents[1], profile("h200"), {}
 
