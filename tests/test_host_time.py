@@ -50,3 +50,11 @@ def test_every_op_has_a_host_case_set_and_its_launches_are_counted(tmp_path):
 def test_the_real_launch_needs_a_device():
     result = _host_time("chunk_gla_fwd_o_gk", "--launch", "real")
     assert result.returncode == 2 and "--launch real needs a device" in result.stderr
+
+
+def test_a_case_set_no_op_has_is_refused_before_any_timing():
+    named = _host_time("chunk_gla_fwd_o_gk", "--cases", "nosuch")
+    every = _host_time("--cases", "nosuch")
+    assert named.returncode == 2 and "cases.nosuch: expected one of" in named.stderr
+    assert every.returncode == 2 and "no op has a case set 'nosuch'" in every.stderr
+    assert "host work per call" not in named.stdout + every.stdout and "Traceback" not in named.stderr + every.stderr

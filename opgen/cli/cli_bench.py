@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import OpgenError
+from ..errors import OpgenError, UsageError
 from .cli_project import device_list, only_cases, op_spec, project_root, shard_options
 
 
@@ -162,7 +162,14 @@ def cmd_host_time(args: argparse.Namespace) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported: CPU tensors
     sys.path.insert(0, str(root))
     ops = args.ops or sorted(p.stem for p in (root / "specs").glob("*.yaml"))
-    specs = [op_spec(root, op) for op in ops]
+    todo = []  # (spec, its rows), every case set checked before any work
+    for spec in (op_spec(root, op) for op in ops):
+        if args.cases not in spec.cases and not args.ops:  # an op named on the command line must have it
+            print(f"opgen host-time: {spec.op} has no case set {args.cases!r}: skipped", file=sys.stderr)
+            continue
+        todo.append((spec, spec.expand_cases(args.cases)))
+    if not todo:
+        raise UsageError(f"no op has a case set {args.cases!r}")
     backend = get_backend(args.backend, args.device)
     host = host_time.host_description(backend)
     if args.backend == "interpreter":
@@ -174,11 +181,7 @@ def cmd_host_time(args: argparse.Namespace) -> int:
     print(f"host work per call up to the kernels' launch (launch: {what}); median over {args.rounds} "
           f"rounds of {args.calls} calls; {json.dumps(host, sort_keys=True)}", flush=True)
     results = []
-    for spec in specs:
-        if args.cases not in spec.cases and not args.ops:  # an op named on the command line must have it
-            print(f"opgen host-time: {spec.op} has no case set {args.cases!r}: skipped", file=sys.stderr)
-            continue
-        rows = spec.expand_cases(args.cases)
+    for spec, rows in todo:
         results += host_time.measure(spec, rows, backend, args.launch, args.rounds, args.calls, args.seed)
     print(host_time.table(results))
     if args.json:
