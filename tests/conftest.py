@@ -170,17 +170,3 @@ def h200_table():
                                           kernel_hashes(root, spec, chip.rendering))
         return cache[op]
     return get
-
-
-# --- the order the tests are handed out in --------------------------------------------------------
-# The files of the longest tests (whole tuning campaigns, builds, sm_90a compiles) go first, the
-# longest first, each file's tests in their own order: with pyproject's --dist worksteal the
-# run's last minutes are short tests on both workers, not one long test on one while the other
-# idles.
-SLOW_FIRST = ("test_tune.py", "test_tune_hosts.py", "test_build.py", "test_resources.py", "test_report_page.py",
-              "test_shard.py", "test_measure_fill.py", "test_tune_faults.py", "test_table_layout.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: file order kept
