@@ -318,3 +318,31 @@ def test_budget_formula_bounds_the_compiled_shared_memory_at_the_hardest_points(
     assert not under, under
     # the figures the formula was fitted to: a change of Triton that moves them is named here
     assert [p["compiled"] for p in checked] == [c for *_, c in hard]
+
+
+# rowscan's chunk kernel (the scores and Q S in two passes) at the one official-shape choice
+# whose chunk kernel spills at every point of splitscan's space nearest it with the state path
+# and the register cap held: splitscan, N128 P32 R4 C16 with the Z gate, CHUNK_MAXNREG 128
+ROW_BLOCK_FITS = {"BLOCK_P": 32, "BLOCK_N": 16, "STATE_BLOCK_N": 64, "STATE_BLOCK_P": 32, "STATE_PREFETCH": False,
+                  "STATE_TRANSPOSED": False, "CHUNK_MAXNREG": 128, "CHUNK_HALVES": False, "ROW_TILES": True,
+                  "GATE_KERNEL": True, "DOT_PRECISION": "tf32x3_split", "num_warps": 4, "num_stages": 1}
+
+
+def test_row_block_chunk_kernel_fits_the_register_cap(tmp_path):
+    """rowscan at that choice's state path, cap and precision, on N blocks of 16 and one stage,
+    compiled cold for sm_90a (a few seconds): its chunk kernel spills nothing at 128 registers,
+    and the budget formula holds its shared memory."""
+    from opgen.evidence.resource_checks import budget_against_compiled
+    from opgen.evidence.resources import Entry
+
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    case = {"B": 4, "G": 1, "H": 16, "S": 2048, "N": 128, "P": 32, "R": 4, "chunk_size": 16, "d_given": True,
+            "mimo_z_given": True, "z_given": True, "dtype": "bfloat16"}
+    entry = Entry("sample", "rowscan_static_separate", tuple(ROW_BLOCK_FITS.items()), tuple(case.items()))
+    report = cuda_resources(ROOT, spec, H200, [entry], workers=2, cache=tmp_path)
+    assert report["summary"]["failed"] == 0, report["entries"]
+    (item,) = report["entries"]
+    chunk = next(k for k in item["kernels"] if k["name"].endswith("_chunk_kernel"))
+    assert chunk["regs"] <= 128 and chunk["spill_stores"] == chunk["spill_loads"] == 0, chunk
+    (checked,) = budget_against_compiled(spec, H200, report)
+    assert checked["compiled"] <= checked["estimate"]

@@ -330,6 +330,7 @@ def test_a_case_dtype_the_calls_cannot_have_is_an_error_not_another_dtype(gla, d
 def test_an_axis_option_may_name_its_own_template():
     spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
     templates = {v.name: v.template for v in space.all_variants(spec)}
-    folded = ("fold_static_separate", "split_static_separate", "splitscan_static_separate")
+    folded = ("fold_static_separate", "split_static_separate", "splitscan_static_separate",
+              "rowsplit_static_separate", "rowscan_static_separate")
     assert {templates[n] for n in folded} == {"folded.py.j2"}
     assert {t for n, t in templates.items() if n not in folded} == {"bwd_fwd.py.j2"}
