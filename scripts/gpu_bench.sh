@@ -7,7 +7,9 @@
 # bundle: tilelang_bundle.sh; other ops' TileLang kernels compile in the WARM_PROCS processes), so
 # the timed run's first calls load what they need.
 # Usage: bash scripts/gpu_bench.sh OUT_DIR OP BASELINE[,BASELINE...] CASE_SET...
-# Env: DEVICES (cuda:0; several share the cases), WARM_PROCS (0), TILELANG_PROCS (0: one a configuration),
+# Env: DEVICES (cuda:0; several share the cases), WARM_PROCS (0; each process builds its cases' float64
+#   goldens on the device: 14 of them ran out of memory on B4 S2048 cases of mamba3_mimo_bwd_bwd on an
+#   80 GB H100), TILELANG_PROCS (0: one a configuration),
 #   TILELANG_CACHE_DIR (/tmp/tilelang-cache), WHERE (an `opgen bench --where` formula), ROUNDS (2),
 #   REPEAT (10), BENCH_ARGS (further `opgen bench` arguments, e.g. "--set use_exp2=true" or
 #   "--case ID"). Wheels in .whl/ (scripts/device_env.sh) where the host's Python lacks the packages.
