@@ -9,6 +9,7 @@ o = scale * (q * exp(g)) @ h[chunk] + tril(A) @ v, per chunk of chunk_size token
 attention scores (only the lower triangle, diagonal included, is read), h the state at the start
 of each chunk.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -30,80 +31,80 @@ _DTYPE_NAMES = {
 
 # (device type, substring of the driver's device name, table module)
 _CHIPS = (
-    ('npu', ('Ascend910B1',), 'ascend910b1'),
-    ('npu', ('Ascend910B2',), 'ascend910b2'),
-    ('npu', ('Ascend910B3',), 'ascend910b3'),
-    ('npu', ('Ascend910B4',), 'ascend910b4'),
-    ('npu', ('Ascend910_93',), 'ascend910_93'),
-    ('npu', ('Ascend950',), 'ascend950'),
-    ('cuda', ('H100',), 'h100'),
-    ('cuda', ('H200',), 'h200'),
+    ("npu", ("Ascend910B1",), "ascend910b1"),
+    ("npu", ("Ascend910B2",), "ascend910b2"),
+    ("npu", ("Ascend910B3",), "ascend910b3"),
+    ("npu", ("Ascend910B4",), "ascend910b4"),
+    ("npu", ("Ascend910_93",), "ascend910_93"),
+    ("npu", ("Ascend950",), "ascend950"),
+    ("cuda", ("H100",), "h100"),
+    ("cuda", ("H200",), "h200"),
 )
 
 # variant name -> options, in axis order ('SCALE_PATH', 'SHAPE', 'GRID')
 _VARIANTS = {
-    'fold_general_chunks2': ('fold', 'general', 'chunks2'),
-    'fold_general_chunks4': ('fold', 'general', 'chunks4'),
-    'fold_general_heads_first': ('fold', 'general', 'heads_first'),
-    'fold_general_persistent': ('fold', 'general', 'persistent'),
-    'fold_general_tiled': ('fold', 'general', 'tiled'),
-    'fold_general_tma': ('fold', 'general', 'tma'),
-    'fold_general_tma_persistent': ('fold', 'general', 'tma_persistent'),
-    'fold_h1_chunks2': ('fold', 'h1', 'chunks2'),
-    'fold_h1_chunks4': ('fold', 'h1', 'chunks4'),
-    'fold_h1_persistent': ('fold', 'h1', 'persistent'),
-    'fold_h1_tiled': ('fold', 'h1', 'tiled'),
-    'fold_single_chunks2': ('fold', 'single', 'chunks2'),
-    'fold_single_chunks4': ('fold', 'single', 'chunks4'),
-    'fold_single_persistent': ('fold', 'single', 'persistent'),
-    'fold_single_tiled': ('fold', 'single', 'tiled'),
-    'fold_vloop2_heads_first': ('fold', 'vloop2', 'heads_first'),
-    'fold_vloop2_persistent': ('fold', 'vloop2', 'persistent'),
-    'fold_vloop2_tiled': ('fold', 'vloop2', 'tiled'),
-    'fold_vloop_heads_first': ('fold', 'vloop', 'heads_first'),
-    'fold_vloop_persistent': ('fold', 'vloop', 'persistent'),
-    'fold_vloop_tiled': ('fold', 'vloop', 'tiled'),
-    'fp32_general_persistent': ('fp32', 'general', 'persistent'),
-    'fp32_general_tiled': ('fp32', 'general', 'tiled'),
-    'fp32_h1_persistent': ('fp32', 'h1', 'persistent'),
-    'fp32_h1_tiled': ('fp32', 'h1', 'tiled'),
-    'fp32_single_persistent': ('fp32', 'single', 'persistent'),
-    'fp32_single_tiled': ('fp32', 'single', 'tiled'),
-    'fp32_vloop2_persistent': ('fp32', 'vloop2', 'persistent'),
-    'fp32_vloop2_tiled': ('fp32', 'vloop2', 'tiled'),
-    'fp32_vloop_persistent': ('fp32', 'vloop', 'persistent'),
-    'fp32_vloop_tiled': ('fp32', 'vloop', 'tiled'),
-    'post_general_chunks2': ('post', 'general', 'chunks2'),
-    'post_general_chunks4': ('post', 'general', 'chunks4'),
-    'post_general_heads_first': ('post', 'general', 'heads_first'),
-    'post_general_persistent': ('post', 'general', 'persistent'),
-    'post_general_tiled': ('post', 'general', 'tiled'),
-    'post_general_tma': ('post', 'general', 'tma'),
-    'post_general_tma_persistent': ('post', 'general', 'tma_persistent'),
-    'post_h1_chunks2': ('post', 'h1', 'chunks2'),
-    'post_h1_chunks4': ('post', 'h1', 'chunks4'),
-    'post_h1_persistent': ('post', 'h1', 'persistent'),
-    'post_h1_tiled': ('post', 'h1', 'tiled'),
-    'post_single_chunks2': ('post', 'single', 'chunks2'),
-    'post_single_chunks4': ('post', 'single', 'chunks4'),
-    'post_single_persistent': ('post', 'single', 'persistent'),
-    'post_single_tiled': ('post', 'single', 'tiled'),
-    'post_vloop2_heads_first': ('post', 'vloop2', 'heads_first'),
-    'post_vloop2_persistent': ('post', 'vloop2', 'persistent'),
-    'post_vloop2_tiled': ('post', 'vloop2', 'tiled'),
-    'post_vloop_heads_first': ('post', 'vloop', 'heads_first'),
-    'post_vloop_persistent': ('post', 'vloop', 'persistent'),
-    'post_vloop_tiled': ('post', 'vloop', 'tiled'),
-    'split_general_persistent': ('split', 'general', 'persistent'),
-    'split_general_tiled': ('split', 'general', 'tiled'),
-    'split_h1_persistent': ('split', 'h1', 'persistent'),
-    'split_h1_tiled': ('split', 'h1', 'tiled'),
-    'split_single_persistent': ('split', 'single', 'persistent'),
-    'split_single_tiled': ('split', 'single', 'tiled'),
-    'split_vloop2_persistent': ('split', 'vloop2', 'persistent'),
-    'split_vloop2_tiled': ('split', 'vloop2', 'tiled'),
-    'split_vloop_persistent': ('split', 'vloop', 'persistent'),
-    'split_vloop_tiled': ('split', 'vloop', 'tiled'),
+    "fold_general_chunks2": ("fold", "general", "chunks2"),
+    "fold_general_chunks4": ("fold", "general", "chunks4"),
+    "fold_general_heads_first": ("fold", "general", "heads_first"),
+    "fold_general_persistent": ("fold", "general", "persistent"),
+    "fold_general_tiled": ("fold", "general", "tiled"),
+    "fold_general_tma": ("fold", "general", "tma"),
+    "fold_general_tma_persistent": ("fold", "general", "tma_persistent"),
+    "fold_h1_chunks2": ("fold", "h1", "chunks2"),
+    "fold_h1_chunks4": ("fold", "h1", "chunks4"),
+    "fold_h1_persistent": ("fold", "h1", "persistent"),
+    "fold_h1_tiled": ("fold", "h1", "tiled"),
+    "fold_single_chunks2": ("fold", "single", "chunks2"),
+    "fold_single_chunks4": ("fold", "single", "chunks4"),
+    "fold_single_persistent": ("fold", "single", "persistent"),
+    "fold_single_tiled": ("fold", "single", "tiled"),
+    "fold_vloop2_heads_first": ("fold", "vloop2", "heads_first"),
+    "fold_vloop2_persistent": ("fold", "vloop2", "persistent"),
+    "fold_vloop2_tiled": ("fold", "vloop2", "tiled"),
+    "fold_vloop_heads_first": ("fold", "vloop", "heads_first"),
+    "fold_vloop_persistent": ("fold", "vloop", "persistent"),
+    "fold_vloop_tiled": ("fold", "vloop", "tiled"),
+    "fp32_general_persistent": ("fp32", "general", "persistent"),
+    "fp32_general_tiled": ("fp32", "general", "tiled"),
+    "fp32_h1_persistent": ("fp32", "h1", "persistent"),
+    "fp32_h1_tiled": ("fp32", "h1", "tiled"),
+    "fp32_single_persistent": ("fp32", "single", "persistent"),
+    "fp32_single_tiled": ("fp32", "single", "tiled"),
+    "fp32_vloop2_persistent": ("fp32", "vloop2", "persistent"),
+    "fp32_vloop2_tiled": ("fp32", "vloop2", "tiled"),
+    "fp32_vloop_persistent": ("fp32", "vloop", "persistent"),
+    "fp32_vloop_tiled": ("fp32", "vloop", "tiled"),
+    "post_general_chunks2": ("post", "general", "chunks2"),
+    "post_general_chunks4": ("post", "general", "chunks4"),
+    "post_general_heads_first": ("post", "general", "heads_first"),
+    "post_general_persistent": ("post", "general", "persistent"),
+    "post_general_tiled": ("post", "general", "tiled"),
+    "post_general_tma": ("post", "general", "tma"),
+    "post_general_tma_persistent": ("post", "general", "tma_persistent"),
+    "post_h1_chunks2": ("post", "h1", "chunks2"),
+    "post_h1_chunks4": ("post", "h1", "chunks4"),
+    "post_h1_persistent": ("post", "h1", "persistent"),
+    "post_h1_tiled": ("post", "h1", "tiled"),
+    "post_single_chunks2": ("post", "single", "chunks2"),
+    "post_single_chunks4": ("post", "single", "chunks4"),
+    "post_single_persistent": ("post", "single", "persistent"),
+    "post_single_tiled": ("post", "single", "tiled"),
+    "post_vloop2_heads_first": ("post", "vloop2", "heads_first"),
+    "post_vloop2_persistent": ("post", "vloop2", "persistent"),
+    "post_vloop2_tiled": ("post", "vloop2", "tiled"),
+    "post_vloop_heads_first": ("post", "vloop", "heads_first"),
+    "post_vloop_persistent": ("post", "vloop", "persistent"),
+    "post_vloop_tiled": ("post", "vloop", "tiled"),
+    "split_general_persistent": ("split", "general", "persistent"),
+    "split_general_tiled": ("split", "general", "tiled"),
+    "split_h1_persistent": ("split", "h1", "persistent"),
+    "split_h1_tiled": ("split", "h1", "tiled"),
+    "split_single_persistent": ("split", "single", "persistent"),
+    "split_single_tiled": ("split", "single", "tiled"),
+    "split_vloop2_persistent": ("split", "vloop2", "persistent"),
+    "split_vloop2_tiled": ("split", "vloop2", "tiled"),
+    "split_vloop_persistent": ("split", "vloop", "persistent"),
+    "split_vloop_tiled": ("split", "vloop", "tiled"),
 }
 
 _TABLE_CACHE: dict = {}
@@ -148,12 +149,16 @@ def _tensor(name, x, dims, dtypes):
     if not isinstance(x, torch.Tensor):
         raise _error(TypeError, f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided or x.is_nested:
-        raise _error(TypeError,
+        raise _error(
+            TypeError,
             f"{name} must be a dense tensor (the kernels index memory through strides), got "
-            f"{'a nested tensor' if x.is_nested else x.layout}: pass {name}.to_dense()")
+            f"{'a nested tensor' if x.is_nested else x.layout}: pass {name}.to_dense()",
+        )
     if x.dim() != len(dims):
-        raise _error(ValueError,
-            f"{name} must have {len(dims)} dims [{', '.join(dims)}], got shape {tuple(x.shape)}")
+        raise _error(
+            ValueError,
+            f"{name} must have {len(dims)} dims [{', '.join(dims)}], got shape {tuple(x.shape)}",
+        )
     dtype = _DTYPE_NAMES.get(x.dtype)
     if dtype not in dtypes:
         raise _error(TypeError, f"{name}.dtype must be one of {', '.join(dtypes)}, got {x.dtype}")
@@ -165,16 +170,19 @@ def _no_grad(*named):
     outputs would carry no gradient back to it."""
     for name, x in named:
         if x is not None and x.requires_grad:
-            raise _error(NotImplementedError,
+            raise _error(
+                NotImplementedError,
                 f"{name} requires grad, but the op has no backward (its outputs "
-                f"would carry no gradient to {name}): call it under torch.no_grad() or on "
-                f"{name}.detach()")
+                f"would carry no gradient to {name}): call it under torch.no_grad() or on {name}.detach()",
+            )
 
 
 def _dim(name, x, axis, symbol, expected, origin):
     if x.shape[axis] != expected:
-        raise _error(ValueError,
-            f"{name}.shape[{axis}] must be {symbol} = {expected} ({origin}), got {x.shape[axis]}")
+        raise _error(
+            ValueError,
+            f"{name}.shape[{axis}] must be {symbol} = {expected} ({origin}), got {x.shape[axis]}",
+        )
 
 
 def _int(name, x, choices):
@@ -211,8 +219,10 @@ def _table(device):
         return table
     if device.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise _error(NotImplementedError,
-                "CPU tensors run only under the Triton interpreter (set TRITON_INTERPRET=1)")
+            raise _error(
+                NotImplementedError,
+                "CPU tensors run only under the Triton interpreter (set TRITON_INTERPRET=1)",
+            )
         from .. import _interpreter
 
         _interpreter.patch_bf16()  # the interpreter computes on bf16 bits, not values, without it
@@ -220,15 +230,24 @@ def _table(device):
     elif device.type in ("cuda", "npu"):
         backend = getattr(torch, device.type, None)
         if backend is None:
-            raise _error(NotImplementedError,
-                f"torch has no {device.type!r} backend (for npu, import torch_npu first)")
+            raise _error(
+                NotImplementedError,
+                f"torch has no {device.type!r} backend (for npu, import torch_npu first)",
+            )
         device_name = backend.get_device_name(device)
-        name = (next((t for kind, subs, t in _CHIPS if kind == device.type and any(s in device_name
-            for s in subs)), None))
+        name = next(
+            (
+                t
+                for kind, subs, t in _CHIPS
+                if kind == device.type and any(s in device_name for s in subs)
+            ),
+            None,
+        )
         if name is None:
-            raise _error(NotImplementedError,
-                f"no dispatch table for device {device_name!r}; tables: "
-                f"{', '.join(t for _, _, t in _CHIPS)}")
+            raise _error(
+                NotImplementedError,
+                f"no dispatch table for device {device_name!r}; tables: {', '.join(t for _, _, t in _CHIPS)}",
+            )
     else:
         raise _error(NotImplementedError, f"no dispatch table for device type {device.type!r}")
     table = importlib.import_module(f"{__name__}.table_{name}")
@@ -245,8 +264,14 @@ def _lookup(table, key):
         if name is None:
             plain = tuple(v for i, v in enumerate(key) if i not in table.BUCKETED)
             index = tuple(key[i] for i in table.BUCKETED)
-            name = next((n for p, box, n in table.FILL if p == plain
-                         and all(lo <= i <= hi for i, (lo, hi) in zip(index, box))), None)
+            name = next(
+                (
+                    n
+                    for p, box, n in table.FILL
+                    if p == plain and all(lo <= i <= hi for i, (lo, hi) in zip(index, box))
+                ),
+                None,
+            )
         cache[key] = None if name is None else table.CONFIGS[name]
     return cache[key]
 
@@ -285,89 +310,205 @@ def _in_place(x):
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
 
 
-def _smem_bytes_cuda(A_PAIR, BK, BT, BV, DOT_PRECISION, EARLY_INTRA, GRID, K, SCALE_PATH, SHAPE, V,
-    es, num_stages):
+def _smem_bytes_cuda(
+    A_PAIR, BK, BT, BV, DOT_PRECISION, EARLY_INTRA, GRID, K, SCALE_PATH, SHAPE, V, es, num_stages
+):
     """Estimated smem_bytes of a cuda point (the spec's budget formula; its largest kernel)."""
-    return (max(0 if GRID in ('tma', 'tma_persistent') else (num_stages - 1) * (BT * BK * (es + 4) +
-        BK * BV * 4 if SHAPE in ('general', 'h1') and K > BK else (2 if SHAPE == 'vloop2' else 1) *
-        BK * BV * 4 + BT * BV * es if SHAPE in ('vloop', 'vloop2') and V > BV else (2 if SHAPE ==
-        'vloop2' else 1) * (BT * BK * (es + 4) + BK * BV * 4) + BT * BT * 4 + BT * BV * es if GRID
-        in ('persistent', 'chunks2', 'chunks4') else 0) + (2 if SCALE_PATH == 'fp32' and
-        DOT_PRECISION == 'tf32x3' else 1) * (max((2 if SHAPE == 'vloop2' else 1) * (BT * BK * (4 if
-        SCALE_PATH == 'fp32' else 2 * es if SCALE_PATH == 'split' else es) + BK * BV * 4) + (BT * BV
-        * (4 if SCALE_PATH == 'fp32' else es) if EARLY_INTRA else 0), BT * BT * (4 if SCALE_PATH ==
-        'fp32' else es * (2 if A_PAIR else 1)) + BT * BV * (4 if SCALE_PATH == 'fp32' else es)) + (
-        BT * BT * (4 if SCALE_PATH == 'fp32' else es * (2 if A_PAIR else 1)) + BT * BV * (4 if
-        SCALE_PATH == 'fp32' else es) if SHAPE in ('vloop', 'vloop2') or (K <= BK and num_stages > 1
-        and (GRID in ('persistent', 'chunks2', 'chunks4'))) else 0)) + 4096, 0 if GRID not in (
-        'tma', 'tma_persistent') else (num_stages - 1) * (cdiv(K, BK) * (BT * BK * (es + 4) + BK *
-        BV * 4) + BT * BT * 4 + BT * BV * es) + (2 if num_stages > 1 else 1) * (max(BT * BK * (es +
-        4), BK * BV * 4, BT * BT * 4, BT * BV * es) + BT * BV * es + 1024)))
+    return max(
+        (
+            0
+            if GRID in ("tma", "tma_persistent")
+            else (num_stages - 1)
+            * (
+                BT * BK * (es + 4) + BK * BV * 4
+                if SHAPE in ("general", "h1") and K > BK
+                else (
+                    (2 if SHAPE == "vloop2" else 1) * BK * BV * 4 + BT * BV * es
+                    if SHAPE in ("vloop", "vloop2") and V > BV
+                    else (
+                        (2 if SHAPE == "vloop2" else 1) * (BT * BK * (es + 4) + BK * BV * 4)
+                        + BT * BT * 4
+                        + BT * BV * es
+                        if GRID in ("persistent", "chunks2", "chunks4")
+                        else 0
+                    )
+                )
+            )
+            + (2 if SCALE_PATH == "fp32" and DOT_PRECISION == "tf32x3" else 1)
+            * (
+                max(
+                    (2 if SHAPE == "vloop2" else 1)
+                    * (
+                        BT
+                        * BK
+                        * (4 if SCALE_PATH == "fp32" else 2 * es if SCALE_PATH == "split" else es)
+                        + BK * BV * 4
+                    )
+                    + (BT * BV * (4 if SCALE_PATH == "fp32" else es) if EARLY_INTRA else 0),
+                    BT * BT * (4 if SCALE_PATH == "fp32" else es * (2 if A_PAIR else 1))
+                    + BT * BV * (4 if SCALE_PATH == "fp32" else es),
+                )
+                + (
+                    BT * BT * (4 if SCALE_PATH == "fp32" else es * (2 if A_PAIR else 1))
+                    + BT * BV * (4 if SCALE_PATH == "fp32" else es)
+                    if SHAPE in ("vloop", "vloop2")
+                    or (
+                        K <= BK
+                        and num_stages > 1
+                        and (GRID in ("persistent", "chunks2", "chunks4"))
+                    )
+                    else 0
+                )
+            )
+            + 4096
+        ),
+        (
+            0
+            if GRID not in ("tma", "tma_persistent")
+            else (num_stages - 1)
+            * (cdiv(K, BK) * (BT * BK * (es + 4) + BK * BV * 4) + BT * BT * 4 + BT * BV * es)
+            + (2 if num_stages > 1 else 1)
+            * (
+                max(BT * BK * (es + 4), BK * BV * 4, BT * BT * 4, BT * BV * es)
+                + BT * BV * es
+                + 1024
+            )
+        ),
+    )
 
 
 def _ub_bytes_npu(A_PAIR, BK, BT, BV, EARLY_INTRA, SCALE_PATH, SHAPE, es, multibuffer):
     """Estimated ub_bytes of a npu point (the spec's budget formula; its largest kernel)."""
-    return (max((BT * BK * (es + 4) + BK * BV * 4) * (2 if multibuffer else 1) * (2 if SHAPE ==
-        'vloop2' else 1) + BK * BV * (0 if SCALE_PATH == 'fp32' else es) + BT * BV * 4 + (BT * BT *
-        4 + BT * BV * es if EARLY_INTRA else 0), (BT * BT * 4 + BT * BV * es) * (2 if multibuffer
-        else 1) + BT * BV * (4 if SCALE_PATH == 'fp32' else 0) + BT * BT * es * (2 if A_PAIR else 0)
-        +BT * BV * (4 + es)))
+    return max(
+        (BT * BK * (es + 4) + BK * BV * 4)
+        * (2 if multibuffer else 1)
+        * (2 if SHAPE == "vloop2" else 1)
+        + BK * BV * (0 if SCALE_PATH == "fp32" else es)
+        + BT * BV * 4
+        + (BT * BT * 4 + BT * BV * es if EARLY_INTRA else 0),
+        (BT * BT * 4 + BT * BV * es) * (2 if multibuffer else 1)
+        + BT * BV * (4 if SCALE_PATH == "fp32" else 0)
+        + BT * BT * es * (2 if A_PAIR else 0)
+        + BT * BV * (4 + es),
+    )
 
 
-def _default_npu(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, q_dtype, v_dtype,
-    g_dtype, A_dtype, h_dtype, BT, NT, dtype, es):
+def _default_npu(
+    budget,
+    CORES,
+    *,
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale,
+    chunk_size,
+    use_exp2,
+    q_dtype,
+    v_dtype,
+    g_dtype,
+    A_dtype,
+    h_dtype,
+    BT,
+    NT,
+    dtype,
+    es,
+):
     """The spec's default choice on npu chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    SCALE_PATH = 'post' if abs(scale) > 1 else 'split' if dtype == 'float16' else 'fp32'
-    SHAPE = 'single' if B == 1 and K == 64 and (V <= 64) else 'h1' if H == 1 else 'general'
-    GRID = 'persistent'
+    SCALE_PATH = "post" if abs(scale) > 1 else "split" if dtype == "float16" else "fp32"
+    SHAPE = "single" if B == 1 and K == 64 and (V <= 64) else "h1" if H == 1 else "general"
+    GRID = "persistent"
     variant = "_".join((SCALE_PATH, SHAPE, GRID))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
     BK = 32 if K <= 32 else 128 if K % 128 == 0 else 64
     BV = 32 if V > 64 and V % 32 == 0 and (V % 128 != 0) else 128 if V > 64 else 64
-    DOT_PRECISION = 'ieee'
-    A_PAIR = abs(scale) <= 1 and dtype == 'float16'
+    DOT_PRECISION = "ieee"
+    A_PAIR = abs(scale) <= 1 and dtype == "float16"
     EARLY_INTRA = False
     EVICT_H = False
     TRIL_LOAD = False
     occupancy = 1
-    if SCALE_PATH == 'fp32':
+    if SCALE_PATH == "fp32":
         A_PAIR = False
-    if SHAPE == 'single':
+    if SHAPE == "single":
         BK = max(16, pow2(K))
         BV = max(16, pow2(V))
-    if SHAPE == 'vloop':
+    if SHAPE == "vloop":
         BK = max(16, pow2(K))
         EARLY_INTRA = True
-    if SHAPE == 'vloop2':
+    if SHAPE == "vloop2":
         BK = max(16, pow2(K)) // 2
         EARLY_INTRA = True
-    for multibuffer in (True, False,):
-        if _ub_bytes_npu(A_PAIR=A_PAIR, BK=BK, BT=BT, BV=BV, EARLY_INTRA=EARLY_INTRA,
-            SCALE_PATH=SCALE_PATH, SHAPE=SHAPE, es=es, multibuffer=multibuffer) <= budget:
+    for multibuffer in (True, False):
+        if (
+            _ub_bytes_npu(
+                A_PAIR=A_PAIR,
+                BK=BK,
+                BT=BT,
+                BV=BV,
+                EARLY_INTRA=EARLY_INTRA,
+                SCALE_PATH=SCALE_PATH,
+                SHAPE=SHAPE,
+                es=es,
+                multibuffer=multibuffer,
+            )
+            <= budget
+        ):
             break
     else:
-        raise _error(NotImplementedError,
-            f"no default configuration of {variant} fits the chip's ub_bytes ({budget})")
-    return (variant, {'BK': BK, 'BV': BV, 'DOT_PRECISION': DOT_PRECISION, 'A_PAIR': A_PAIR,
-        'EARLY_INTRA': EARLY_INTRA, 'EVICT_H': EVICT_H, 'TRIL_LOAD': TRIL_LOAD, 'multibuffer':
-        multibuffer, 'occupancy': occupancy})
+        raise _error(
+            NotImplementedError,
+            f"no default configuration of {variant} fits the chip's ub_bytes ({budget})",
+        )
+    return variant, {
+        "BK": BK,
+        "BV": BV,
+        "DOT_PRECISION": DOT_PRECISION,
+        "A_PAIR": A_PAIR,
+        "EARLY_INTRA": EARLY_INTRA,
+        "EVICT_H": EVICT_H,
+        "TRIL_LOAD": TRIL_LOAD,
+        "multibuffer": multibuffer,
+        "occupancy": occupancy,
+    }
 
 
-def _default_cuda(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, q_dtype, v_dtype,
-    g_dtype, A_dtype, h_dtype, BT, NT, dtype, es):
+def _default_cuda(
+    budget,
+    CORES,
+    *,
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale,
+    chunk_size,
+    use_exp2,
+    q_dtype,
+    v_dtype,
+    g_dtype,
+    A_dtype,
+    h_dtype,
+    BT,
+    NT,
+    dtype,
+    es,
+):
     """The spec's default choice on cuda chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    SCALE_PATH = 'post' if abs(scale) > 1 else 'fold'
-    SHAPE = 'h1' if H == 1 else 'general'
-    GRID = 'tiled'
+    SCALE_PATH = "post" if abs(scale) > 1 else "fold"
+    SHAPE = "h1" if H == 1 else "general"
+    GRID = "tiled"
     variant = "_".join((SCALE_PATH, SHAPE, GRID))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
     BK = min(64, max(16, pow2(K)))
     BV = min(64, max(16, pow2(V)))
-    DOT_PRECISION = 'tf32x3'
+    DOT_PRECISION = "tf32x3"
     A_PAIR = True
     EARLY_INTRA = False
     EVICT_H = False
@@ -375,97 +516,144 @@ def _default_cuda(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, 
     num_warps = 4
     num_stages = 2
     occupancy = 1
-    if SCALE_PATH == 'fold':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'post':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'split':
-        DOT_PRECISION = 'ieee'
-    if SCALE_PATH == 'fp32':
+    if SCALE_PATH == "fold":
+        DOT_PRECISION = "ieee"
+    if SCALE_PATH == "post":
+        DOT_PRECISION = "ieee"
+    if SCALE_PATH == "split":
+        DOT_PRECISION = "ieee"
+    if SCALE_PATH == "fp32":
         A_PAIR = False
-    if SHAPE == 'single':
+    if SHAPE == "single":
         BK = max(16, pow2(K))
         BV = max(16, pow2(V))
-    if SHAPE == 'vloop':
+    if SHAPE == "vloop":
         BK = max(16, pow2(K))
         EARLY_INTRA = True
-    if SHAPE == 'vloop2':
+    if SHAPE == "vloop2":
         BK = max(16, pow2(K)) // 2
         EARLY_INTRA = True
-    return (variant, {'BK': BK, 'BV': BV, 'DOT_PRECISION': DOT_PRECISION, 'A_PAIR': A_PAIR,
-        'EARLY_INTRA': EARLY_INTRA, 'EVICT_H': EVICT_H, 'TRIL_LOAD': TRIL_LOAD, 'num_warps':
-        num_warps, 'num_stages': num_stages, 'occupancy': occupancy})
+    return variant, {
+        "BK": BK,
+        "BV": BV,
+        "DOT_PRECISION": DOT_PRECISION,
+        "A_PAIR": A_PAIR,
+        "EARLY_INTRA": EARLY_INTRA,
+        "EVICT_H": EVICT_H,
+        "TRIL_LOAD": TRIL_LOAD,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+        "occupancy": occupancy,
+    }
 
 
-def _default_interpreter(budget, CORES, *, B, T, H, K, V, scale, chunk_size, use_exp2, q_dtype,
-    v_dtype, g_dtype, A_dtype, h_dtype, BT, NT, dtype, es):
+def _default_interpreter(
+    budget,
+    CORES,
+    *,
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale,
+    chunk_size,
+    use_exp2,
+    q_dtype,
+    v_dtype,
+    g_dtype,
+    A_dtype,
+    h_dtype,
+    BT,
+    NT,
+    dtype,
+    es,
+):
     """The spec's default choice on interpreter chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    SCALE_PATH = 'split' if dtype == 'float16' else 'fp32'
-    SHAPE = 'single' if K <= 64 and V <= 64 else 'h1' if H == 1 else 'general'
-    GRID = 'persistent'
+    SCALE_PATH = "split" if dtype == "float16" else "fp32"
+    SHAPE = "single" if K <= 64 and V <= 64 else "h1" if H == 1 else "general"
+    GRID = "persistent"
     variant = "_".join((SCALE_PATH, SHAPE, GRID))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
     BK = min(64, max(16, pow2(K)))
     BV = min(64, max(16, pow2(V)))
-    DOT_PRECISION = 'ieee'
-    A_PAIR = dtype == 'float16'
+    DOT_PRECISION = "ieee"
+    A_PAIR = dtype == "float16"
     EARLY_INTRA = False
     EVICT_H = False
     TRIL_LOAD = False
     occupancy = 1
-    if SCALE_PATH == 'fp32':
+    if SCALE_PATH == "fp32":
         A_PAIR = False
-    if SHAPE == 'single':
+    if SHAPE == "single":
         BK = max(16, pow2(K))
         BV = max(16, pow2(V))
-    if SHAPE == 'vloop':
+    if SHAPE == "vloop":
         BK = max(16, pow2(K))
         EARLY_INTRA = True
-    if SHAPE == 'vloop2':
+    if SHAPE == "vloop2":
         BK = max(16, pow2(K)) // 2
         EARLY_INTRA = True
-    return (variant, {'BK': BK, 'BV': BV, 'DOT_PRECISION': DOT_PRECISION, 'A_PAIR': A_PAIR,
-        'EARLY_INTRA': EARLY_INTRA, 'EVICT_H': EVICT_H, 'TRIL_LOAD': TRIL_LOAD, 'occupancy':
-        occupancy})
+    return variant, {
+        "BK": BK,
+        "BV": BV,
+        "DOT_PRECISION": DOT_PRECISION,
+        "A_PAIR": A_PAIR,
+        "EARLY_INTRA": EARLY_INTRA,
+        "EVICT_H": EVICT_H,
+        "TRIL_LOAD": TRIL_LOAD,
+        "occupancy": occupancy,
+    }
 
 
 def _check_legal(variant, H, K, V, dtype):
     """Refuse a table choice whose variant is illegal for this shape (a stale table)."""
     SCALE_PATH, SHAPE, GRID = _VARIANTS[variant]
-    if SCALE_PATH == 'split' and not (dtype == 'float16'):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs dtype == 'float16'; rebuild the table")
-    if SHAPE == 'h1' and not (H == 1):
+    if SCALE_PATH == "split" and not (dtype == "float16"):
+        raise _error(
+            NotImplementedError,
+            f"table choice {variant} needs dtype == 'float16'; rebuild the table",
+        )
+    if SHAPE == "h1" and not (H == 1):
         raise _error(NotImplementedError, f"table choice {variant} needs H == 1; rebuild the table")
-    if SHAPE == 'single' and not (K <= 64 and V <= 64):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs K <= 64 and V <= 64; rebuild the table")
-    if SHAPE == 'vloop' and not (K <= 128):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs K <= 128; rebuild the table")
-    if SHAPE == 'vloop2' and not (K > 128 and K <= 256):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs K > 128 and K <= 256; rebuild the table")
-    if GRID == 'tma' and not (K % 8 == 0 and V % 8 == 0):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs K % 8 == 0 and V % 8 == 0; rebuild the table")
-    if GRID == 'tma_persistent' and not (K % 8 == 0 and V % 8 == 0):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs K % 8 == 0 and V % 8 == 0; rebuild the table")
+    if SHAPE == "single" and not (K <= 64 and V <= 64):
+        raise _error(
+            NotImplementedError,
+            f"table choice {variant} needs K <= 64 and V <= 64; rebuild the table",
+        )
+    if SHAPE == "vloop" and not (K <= 128):
+        raise _error(
+            NotImplementedError, f"table choice {variant} needs K <= 128; rebuild the table"
+        )
+    if SHAPE == "vloop2" and not (K > 128 and K <= 256):
+        raise _error(
+            NotImplementedError,
+            f"table choice {variant} needs K > 128 and K <= 256; rebuild the table",
+        )
+    if GRID == "tma" and not (K % 8 == 0 and V % 8 == 0):
+        raise _error(
+            NotImplementedError,
+            f"table choice {variant} needs K % 8 == 0 and V % 8 == 0; rebuild the table",
+        )
+    if GRID == "tma_persistent" and not (K % 8 == 0 and V % 8 == 0):
+        raise _error(
+            NotImplementedError,
+            f"table choice {variant} needs K % 8 == 0 and V % 8 == 0; rebuild the table",
+        )
 
 
 def _fixed(variant, point, K, V):
     """The choice's point with the tunables its variant fixes as functions of the shape taken at
     this call: a row serves every shape of its bucket, not only the one it was measured on."""
     SCALE_PATH, SHAPE, GRID = _VARIANTS[variant]
-    if SHAPE == 'single':
-        point = {**point, 'BK': max(16, pow2(K)), 'BV': max(16, pow2(V))}
-    elif SHAPE == 'vloop':
-        point = {**point, 'BK': max(16, pow2(K))}
-    elif SHAPE == 'vloop2':
-        point = {**point, 'BK': max(16, pow2(K)) // 2}
+    if SHAPE == "single":
+        point = {**point, "BK": max(16, pow2(K)), "BV": max(16, pow2(V))}
+    elif SHAPE == "vloop":
+        point = {**point, "BK": max(16, pow2(K))}
+    elif SHAPE == "vloop2":
+        point = {**point, "BK": max(16, pow2(K)) // 2}
     return point
 
 
@@ -499,8 +687,9 @@ def chunk_gla_fwd_o_gk(q, v, g, A, h, scale=0.125, chunk_size=64, use_exp2=False
         NotImplementedError: a device or chip without a dispatch table; an input requiring grad.
     """
     if torch.compiler.is_compiling():  # the op: its kernels in the graph where torch can trace them
-        return (_from_op(torch.ops.opgen.chunk_gla_fwd_o_gk(q, v, g, A, h, scale, chunk_size,
-            use_exp2)))
+        return _from_op(
+            torch.ops.opgen.chunk_gla_fwd_o_gk(q, v, g, A, h, scale, chunk_size, use_exp2)
+        )
     return _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch=True)
 
 
@@ -539,8 +728,9 @@ def _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch, traced=False):
     launch of a signature seen before goes straight to the kernels (:data:`_SEEN`). ``traced``:
     torch.compile traces the op (:func:`_traced`), the kernels go into its graph
     (:func:`_launch_traced`), or :data:`_OPAQUE` is returned where they cannot."""
-    signature = (_signature(q, v, g, A, h, scale, chunk_size, use_exp2) if launch and not traced
-        else None)
+    signature = (
+        _signature(q, v, g, A, h, scale, chunk_size, use_exp2) if launch and not traced else None
+    )
     try:
         seen = _SEEN.get(signature)
     except TypeError:  # an unhashable scalar: the checks name it
@@ -555,26 +745,47 @@ def _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch, traced=False):
             g = _in_place(g)
             A = _in_place(A)
             h = _in_place(h)
-            if not (q.is_contiguous() and v.is_contiguous() and g.is_contiguous() and
-                    A.is_contiguous() and h.is_contiguous()):
+            if not (
+                q.is_contiguous()
+                and v.is_contiguous()
+                and g.is_contiguous()
+                and A.is_contiguous()
+                and h.is_contiguous()
+            ):
                 module = strided_module
         o = None if outs[0] is None else torch.empty(outs[0][0], dtype=outs[0][1], device=device)
         scale, use_exp2, BT = static
-        module.launch(q=q, v=v, g=g, A=A, h=h, o=o, scale=scale, use_exp2=use_exp2, BT=BT,
-            num_programs=num_programs, point=point)
+        module.launch(
+            q=q,
+            v=v,
+            g=g,
+            A=A,
+            h=h,
+            o=o,
+            scale=scale,
+            use_exp2=use_exp2,
+            BT=BT,
+            num_programs=num_programs,
+            point=point,
+        )
         return o
-    q_dtype = _tensor('q', q, ('B', 'T', 'H', 'K'), ('float16', 'bfloat16'))
-    v_dtype = _tensor('v', v, ('B', 'T', 'H', 'V'), ('float16', 'bfloat16'))
-    g_dtype = _tensor('g', g, ('B', 'T', 'H', 'K'), ('float32',))
-    A_dtype = _tensor('A', A, ('B', 'T', 'H', 'BT'), ('float32',))
-    h_dtype = _tensor('h', h, ('B', 'NT', 'H', 'K', 'V'), ('float32',))
-    _float('scale', scale, None)
-    _int('chunk_size', chunk_size, (32, 64))
-    _bool('use_exp2', use_exp2, None)
+    q_dtype = _tensor("q", q, ("B", "T", "H", "K"), ("float16", "bfloat16"))
+    v_dtype = _tensor("v", v, ("B", "T", "H", "V"), ("float16", "bfloat16"))
+    g_dtype = _tensor("g", g, ("B", "T", "H", "K"), ("float32",))
+    A_dtype = _tensor("A", A, ("B", "T", "H", "BT"), ("float32",))
+    h_dtype = _tensor("h", h, ("B", "NT", "H", "K", "V"), ("float32",))
+    _float("scale", scale, None)
+    _int("chunk_size", chunk_size, (32, 64))
+    _bool("use_exp2", use_exp2, None)
     if launch and not traced and torch.is_grad_enabled():
-        _no_grad(('q', q), ('v', v), ('g', g), ('A', A), ('h', h))
-    given = (q.is_contiguous() and v.is_contiguous() and g.is_contiguous() and
-             A.is_contiguous() and h.is_contiguous())
+        _no_grad(("q", q), ("v", v), ("g", g), ("A", A), ("h", h))
+    given = (
+        q.is_contiguous()
+        and v.is_contiguous()
+        and g.is_contiguous()
+        and A.is_contiguous()
+        and h.is_contiguous()
+    )
     strided = False
     if not given:
         # The strided twin reads them in place (copied: a tensor whose last stride is not 1).
@@ -583,8 +794,13 @@ def _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch, traced=False):
         g = _in_place(g)
         A = _in_place(A)
         h = _in_place(h)
-        strided = not (q.is_contiguous() and v.is_contiguous() and g.is_contiguous() and
-                       A.is_contiguous() and h.is_contiguous())
+        strided = not (
+            q.is_contiguous()
+            and v.is_contiguous()
+            and g.is_contiguous()
+            and A.is_contiguous()
+            and h.is_contiguous()
+        )
     if v.device != q.device:
         raise _error(ValueError, f"v is on {v.device} but q is on {q.device}")
     if g.device != q.device:
@@ -601,30 +817,37 @@ def _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch, traced=False):
     BT = chunk_size
     NT = cdiv(T, BT)
     dtype = q_dtype
-    es = 4 if dtype == 'float32' else 2
-    _dim('v', v, 0, 'B', B, 'from q.shape[0]')
-    _dim('v', v, 1, 'T', T, 'from q.shape[1]')
-    _dim('v', v, 2, 'H', H, 'from q.shape[2]')
-    _dim('g', g, 0, 'B', B, 'from q.shape[0]')
-    _dim('g', g, 1, 'T', T, 'from q.shape[1]')
-    _dim('g', g, 2, 'H', H, 'from q.shape[2]')
-    _dim('g', g, 3, 'K', K, 'from q.shape[3]')
-    _dim('A', A, 0, 'B', B, 'from q.shape[0]')
-    _dim('A', A, 1, 'T', T, 'from q.shape[1]')
-    _dim('A', A, 2, 'H', H, 'from q.shape[2]')
-    _dim('A', A, 3, 'BT', BT, 'from chunk_size')
-    _dim('h', h, 0, 'B', B, 'from q.shape[0]')
-    _dim('h', h, 1, 'NT', NT, 'from cdiv(T, BT)')
-    _dim('h', h, 2, 'H', H, 'from q.shape[2]')
-    _dim('h', h, 3, 'K', K, 'from q.shape[3]')
-    _dim('h', h, 4, 'V', V, 'from v.shape[3]')
+    es = 4 if dtype == "float32" else 2
+    _dim("v", v, 0, "B", B, "from q.shape[0]")
+    _dim("v", v, 1, "T", T, "from q.shape[1]")
+    _dim("v", v, 2, "H", H, "from q.shape[2]")
+    _dim("g", g, 0, "B", B, "from q.shape[0]")
+    _dim("g", g, 1, "T", T, "from q.shape[1]")
+    _dim("g", g, 2, "H", H, "from q.shape[2]")
+    _dim("g", g, 3, "K", K, "from q.shape[3]")
+    _dim("A", A, 0, "B", B, "from q.shape[0]")
+    _dim("A", A, 1, "T", T, "from q.shape[1]")
+    _dim("A", A, 2, "H", H, "from q.shape[2]")
+    _dim("A", A, 3, "BT", BT, "from chunk_size")
+    _dim("h", h, 0, "B", B, "from q.shape[0]")
+    _dim("h", h, 1, "NT", NT, "from cdiv(T, BT)")
+    _dim("h", h, 2, "H", H, "from q.shape[2]")
+    _dim("h", h, 3, "K", K, "from q.shape[3]")
+    _dim("h", h, 4, "V", V, "from v.shape[3]")
     if not _holds(lambda: v_dtype == q_dtype):
-        raise _error(TypeError, 'v must have the dtype of q ({q_dtype}), got {v_dtype}'.format(
-            q_dtype=q_dtype, v_dtype=v_dtype))
+        raise _error(
+            TypeError,
+            "v must have the dtype of q ({q_dtype}), got {v_dtype}".format(
+                q_dtype=q_dtype, v_dtype=v_dtype
+            ),
+        )
     if not _holds(lambda: B >= 1 and T >= 1 and (H >= 1) and (K >= 1) and (V >= 1)):
-        raise _error(ValueError,
-            'every dimension must be positive, got B={B} T={T} H={H} K={K} V={V}'.format(B=B, T=T,
-            H=H, K=K, V=V))
+        raise _error(
+            ValueError,
+            "every dimension must be positive, got B={B} T={T} H={H} K={K} V={V}".format(
+                B=B, T=T, H=H, K=K, V=V
+            ),
+        )
     device = q.device
     o = torch.empty((B, T, H, V), dtype=q.dtype, device=device)
     if not launch:
@@ -642,10 +865,27 @@ def _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch, traced=False):
     )
     choice = _lookup(table, key)
     if choice is None:
-        choice = (_DEFAULTS[table.BACKEND](table.BUDGET, _cores(table, device), B=B, T=T, H=H, K=K,
-            V=V, scale=scale, chunk_size=chunk_size, use_exp2=use_exp2, q_dtype=q_dtype,
-            v_dtype=v_dtype, g_dtype=g_dtype, A_dtype=A_dtype, h_dtype=h_dtype, BT=BT, NT=NT,
-            dtype=dtype, es=es))
+        choice = _DEFAULTS[table.BACKEND](
+            table.BUDGET,
+            _cores(table, device),
+            B=B,
+            T=T,
+            H=H,
+            K=K,
+            V=V,
+            scale=scale,
+            chunk_size=chunk_size,
+            use_exp2=use_exp2,
+            q_dtype=q_dtype,
+            v_dtype=v_dtype,
+            g_dtype=g_dtype,
+            A_dtype=A_dtype,
+            h_dtype=h_dtype,
+            BT=BT,
+            NT=NT,
+            dtype=dtype,
+            es=es,
+        )
     variant, point = choice
     _check_legal(variant, H=H, K=K, V=V, dtype=dtype)
     point = _fixed(variant, point, K=K, V=V)
@@ -653,31 +893,64 @@ def _call(q, v, g, A, h, scale, chunk_size, use_exp2, launch, traced=False):
     if traced:
         if not _traceable(table, variant):
             return _OPAQUE
-        _launch_traced(table.RENDERING, variant, strided, q=q, v=v, g=g, A=A, h=h, o=o, scale=scale,
-            use_exp2=use_exp2, BT=BT, num_programs=num_programs, point=point)
+        _launch_traced(
+            table.RENDERING,
+            variant,
+            strided,
+            q=q,
+            v=v,
+            g=g,
+            A=A,
+            h=h,
+            o=o,
+            scale=scale,
+            use_exp2=use_exp2,
+            BT=BT,
+            num_programs=num_programs,
+            point=point,
+        )
         return o
     module = _kernel_module(table.RENDERING, variant)
     strided_module = None if given else _kernel_module(table.RENDERING, variant, True)
-    (strided_module if strided else module).launch(q=q, v=v, g=g, A=A, h=h, o=o, scale=scale,
-        use_exp2=use_exp2, BT=BT, num_programs=num_programs, point=point)
+    (strided_module if strided else module).launch(
+        q=q,
+        v=v,
+        g=g,
+        A=A,
+        h=h,
+        o=o,
+        scale=scale,
+        use_exp2=use_exp2,
+        BT=BT,
+        num_programs=num_programs,
+        point=point,
+    )
     if signature is not None:
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
         outs = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in (o,))
-        _SEEN[signature] = (module, (scale, use_exp2, BT), outs, num_programs, point, strided_module
-            )
+        _SEEN[signature] = (
+            module,
+            (scale, use_exp2, BT),
+            outs,
+            num_programs,
+            point,
+            strided_module,
+        )
     return o
 
 
-_DEFAULTS = {
-    'npu': _default_npu,
-    'cuda': _default_cuda,
-    'interpreter': _default_interpreter,
-}
+_DEFAULTS = {"npu": _default_npu, "cuda": _default_cuda, "interpreter": _default_interpreter}
 _OPAQUE = object()
 """What :func:`_call` returns, ``traced``, for a call whose launches torch cannot trace."""
-_HOST_DESCRIPTORS = (frozenset(('fold_general_tma', 'fold_general_tma_persistent',
-    'post_general_tma', 'post_general_tma_persistent')))
+_HOST_DESCRIPTORS = frozenset(
+    (
+        "fold_general_tma",
+        "fold_general_tma_persistent",
+        "post_general_tma",
+        "post_general_tma_persistent",
+    )
+)
 """The variants whose launches take host-side tensor descriptors (the spec's host_descriptors)."""
 _TWINS: dict = {}
 
@@ -688,8 +961,11 @@ def _traceable(table, variant):
     (under TRITON_INTERPRET=1 wrap_triton returns them as they are, to run on the tracer's fake
     tensors), nor Ascend's (not tried there), nor host-side tensor descriptors (the tracer keeps no
     tensor held in one)."""
-    return (table.BACKEND == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
-            and variant not in _HOST_DESCRIPTORS)
+    return (
+        table.BACKEND == "cuda"
+        and os.environ.get("TRITON_INTERPRET") != "1"
+        and variant not in _HOST_DESCRIPTORS
+    )
 
 
 def _launch_traced(rendering, variant, strided, **arguments):
@@ -729,19 +1005,30 @@ Tensor = torch.Tensor
 
 
 def _to_op(outs):
-    outs = (tuple(torch.empty(0) if o is None else o for o in (outs if isinstance(outs, tuple) else
-        (outs,))))
+    outs = tuple(
+        torch.empty(0) if o is None else o for o in (outs if isinstance(outs, tuple) else (outs,))
+    )
     return outs if _OUTPUTS > 1 else outs[0]
 
 
 def _from_op(outs):
-    outs = (tuple(None if o.numel() == 0 else o for o in (outs if isinstance(outs, (tuple, list))
-        else (outs,))))
+    outs = tuple(
+        None if o.numel() == 0 else o
+        for o in (outs if isinstance(outs, (tuple, list)) else (outs,))
+    )
     return outs if _OUTPUTS > 1 else outs[0]
 
 
-def _launched(q: Tensor, v: Tensor, g: Tensor, A: Tensor, h: Tensor, scale: float, chunk_size: int,
-    use_exp2: bool) -> Tensor:
+def _launched(
+    q: Tensor,
+    v: Tensor,
+    g: Tensor,
+    A: Tensor,
+    h: Tensor,
+    scale: float,
+    chunk_size: int,
+    use_exp2: bool,
+) -> Tensor:
     """The op on real tensors: the call as the function makes it."""
     return _to_op(_call(q, v, g, A, h, scale, chunk_size, use_exp2, launch=True))
 
@@ -764,6 +1051,7 @@ def _compile_error(exc):
         return exc
     kind = type(exc)
     if kind not in _COMPILE_ERRORS:
+
         def init(self, message):
             Unsupported.__init__(self, message)
 
@@ -781,8 +1069,16 @@ def _allocated(q, v, g, A, h, scale, chunk_size, use_exp2):
         raise _compile_error(exc) from None
 
 
-def _traced(q: Tensor, v: Tensor, g: Tensor, A: Tensor, h: Tensor, scale: float, chunk_size: int,
-    use_exp2: bool) -> Tensor:
+def _traced(
+    q: Tensor,
+    v: Tensor,
+    g: Tensor,
+    A: Tensor,
+    h: Tensor,
+    scale: float,
+    chunk_size: int,
+    use_exp2: bool,
+) -> Tensor:
     """The op as torch.compile traces it: the kernels launched through torch.library.wrap_triton,
     or the opaque op where they cannot be traced (:func:`_traceable`)."""
     try:

@@ -34,133 +34,452 @@ their ranges are in the comments.
 Chip figures: CUDA programming guide, cc 9.0; H100 SXM
 """
 
-CHIP = 'h100'
-BACKEND = 'cuda'
-RENDERING = 'cuda'
-BUDGET_KIND = 'smem_bytes'
+CHIP = "h100"
+BACKEND = "cuda"
+RENDERING = "cuda"
+BUDGET_KIND = "smem_bytes"
 BUDGET = 232448
 PROGRAMS = None
-KEY = ('dtype', 'BT', 'big_scale', 'H1', 'K', 'V', 'align', 'tasks')
+KEY = ("dtype", "BT", "big_scale", "H1", "K", "V", "align", "tasks")
 BUCKETED = (4, 5, 6, 7)  # positions in KEY that hold bucket indices
 
 # name -> (variant, tunables): each distinct config of the table once
 CONFIGS = {
-    'fold_general_tiled/44e993': ('fold_general_tiled', {
-        'BK': 32, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tiled/677898': ('fold_general_tiled', {
-        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tiled/8582c4': ('fold_general_tiled', {
-        'BK': 32, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 3, 'occupancy': 1,
-    }),
-    'fold_general_tiled/904265': ('fold_general_tiled', {
-        'BK': 64, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tiled/b28384': ('fold_general_tiled', {
-        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tma/157a80': ('fold_general_tma', {
-        'BK': 64, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tma/b53f65': ('fold_general_tma', {
-        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 2, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tma/cf5579': ('fold_general_tma', {
-        'BK': 128, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_general_tma_persistent/c9454c': ('fold_general_tma_persistent', {
-        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 2,
-    }),
-    'fold_vloop2_tiled/3e7eb9': ('fold_vloop2_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
-    }),
-    'fold_vloop2_tiled/ac93f6': ('fold_vloop2_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 8, 'num_stages': 2, 'occupancy': 1,
-    }),
-    'fold_vloop2_tiled/fd4b8f': ('fold_vloop2_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': False, 'num_warps': 8, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/2227e3': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/32839d': ('fold_vloop_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/38dcd1': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/65b6dd': ('fold_vloop_tiled', {
-        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/72431e': ('fold_vloop_tiled', {
-        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/7d0495': ('fold_vloop_tiled', {
-        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 4, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/7fda40': ('fold_vloop_tiled', {
-        'BK': 32, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/a20857': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'fold_vloop_tiled/edd6b0': ('fold_vloop_tiled', {
-        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'post_general_tiled/fa43c4': ('post_general_tiled', {
-        'BK': 64, 'BV': 128, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
-    }),
-    'post_general_tma/22e366': ('post_general_tma', {
-        'BK': 64, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 2, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'post_general_tma/acae45': ('post_general_tma', {
-        'BK': 32, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': False,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'post_vloop2_tiled/3e7eb9': ('post_vloop2_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': False, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 2, 'occupancy': 1,
-    }),
-    'post_vloop2_tiled/609f65': ('post_vloop2_tiled', {
-        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 2, 'num_stages': 3, 'occupancy': 1,
-    }),
-    'post_vloop_tiled/2227e3': ('post_vloop_tiled', {
-        'BK': 64, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'post_vloop_tiled/32839d': ('post_vloop_tiled', {
-        'BK': 128, 'BV': 64, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': True, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
-    'post_vloop_tiled/72431e': ('post_vloop_tiled', {
-        'BK': 128, 'BV': 32, 'DOT_PRECISION': 'ieee', 'A_PAIR': True, 'EARLY_INTRA': True,
-        'EVICT_H': True, 'TRIL_LOAD': False, 'num_warps': 4, 'num_stages': 1, 'occupancy': 1,
-    }),
+    "fold_general_tiled/44e993": (
+        "fold_general_tiled",
+        {
+            "BK": 32,
+            "BV": 128,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tiled/677898": (
+        "fold_general_tiled",
+        {
+            "BK": 32,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tiled/8582c4": (
+        "fold_general_tiled",
+        {
+            "BK": 32,
+            "BV": 128,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 3,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tiled/904265": (
+        "fold_general_tiled",
+        {
+            "BK": 64,
+            "BV": 128,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tiled/b28384": (
+        "fold_general_tiled",
+        {
+            "BK": 32,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tma/157a80": (
+        "fold_general_tma",
+        {
+            "BK": 64,
+            "BV": 128,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tma/b53f65": (
+        "fold_general_tma",
+        {
+            "BK": 32,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": False,
+            "num_warps": 2,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tma/cf5579": (
+        "fold_general_tma",
+        {
+            "BK": 128,
+            "BV": 128,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_general_tma_persistent/c9454c": (
+        "fold_general_tma_persistent",
+        {
+            "BK": 64,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 2,
+            "occupancy": 2,
+        },
+    ),
+    "fold_vloop2_tiled/3e7eb9": (
+        "fold_vloop2_tiled",
+        {
+            "BK": 128,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 2,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop2_tiled/ac93f6": (
+        "fold_vloop2_tiled",
+        {
+            "BK": 128,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 8,
+            "num_stages": 2,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop2_tiled/fd4b8f": (
+        "fold_vloop2_tiled",
+        {
+            "BK": 128,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": False,
+            "num_warps": 8,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/2227e3": (
+        "fold_vloop_tiled",
+        {
+            "BK": 64,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/32839d": (
+        "fold_vloop_tiled",
+        {
+            "BK": 128,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/38dcd1": (
+        "fold_vloop_tiled",
+        {
+            "BK": 64,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 4,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/65b6dd": (
+        "fold_vloop_tiled",
+        {
+            "BK": 128,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/72431e": (
+        "fold_vloop_tiled",
+        {
+            "BK": 128,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/7d0495": (
+        "fold_vloop_tiled",
+        {
+            "BK": 32,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 4,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/7fda40": (
+        "fold_vloop_tiled",
+        {
+            "BK": 32,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/a20857": (
+        "fold_vloop_tiled",
+        {
+            "BK": 64,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "fold_vloop_tiled/edd6b0": (
+        "fold_vloop_tiled",
+        {
+            "BK": 64,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "post_general_tiled/fa43c4": (
+        "post_general_tiled",
+        {
+            "BK": 64,
+            "BV": 128,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 2,
+            "occupancy": 1,
+        },
+    ),
+    "post_general_tma/22e366": (
+        "post_general_tma",
+        {
+            "BK": 64,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 2,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "post_general_tma/acae45": (
+        "post_general_tma",
+        {
+            "BK": 32,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": False,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "post_vloop2_tiled/3e7eb9": (
+        "post_vloop2_tiled",
+        {
+            "BK": 128,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": False,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 2,
+            "occupancy": 1,
+        },
+    ),
+    "post_vloop2_tiled/609f65": (
+        "post_vloop2_tiled",
+        {
+            "BK": 128,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 2,
+            "num_stages": 3,
+            "occupancy": 1,
+        },
+    ),
+    "post_vloop_tiled/2227e3": (
+        "post_vloop_tiled",
+        {
+            "BK": 64,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "post_vloop_tiled/32839d": (
+        "post_vloop_tiled",
+        {
+            "BK": 128,
+            "BV": 64,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": True,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
+    "post_vloop_tiled/72431e": (
+        "post_vloop_tiled",
+        {
+            "BK": 128,
+            "BV": 32,
+            "DOT_PRECISION": "ieee",
+            "A_PAIR": True,
+            "EARLY_INTRA": True,
+            "EVICT_H": True,
+            "TRIL_LOAD": False,
+            "num_warps": 4,
+            "num_stages": 1,
+            "occupancy": 1,
+        },
+    ),
 }
 
 # key -> config: the tuned rows, each with the shapes it stands for and what its winner measured
@@ -168,99 +487,99 @@ TUNED = {
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks in (2048, 16384], median 0.0296 ms (writing flush), smem_bytes 20480 (reported 12288),
     # tuned 2026-12-01, measured for key ('bfloat16', 32, False, False, 0, 1, 2)
-    ('bfloat16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/b28384',
+    ("bfloat16", 32, False, False, 0, 1, 1, 2): "fold_general_tiled/b28384",
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
     # tasks <= 256, median 0.0114 ms, smem_bytes 163840 (reported 94208), tuned 2026-12-03,
     # measured for key ('bfloat16', 32, False, False, 4, 2, 0)
-    ('bfloat16', 32, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/ac93f6',
+    ("bfloat16", 32, False, False, 4, 2, 1, 0): "fold_vloop2_tiled/ac93f6",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0370 ms (writing flush), smem_bytes 57344 (reported 32768),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 1, 1, 1)
-    ('bfloat16', 64, False, False, 1, 1, 1, 1): 'post_vloop_tiled/2227e3',
+    ("bfloat16", 64, False, False, 1, 1, 1, 1): "post_vloop_tiled/2227e3",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks in (2048, 16384], median 0.1915 ms (writing flush), smem_bytes 57344 (reported 40960),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 1, 3, 2)
-    ('bfloat16', 64, False, False, 1, 3, 1, 2): 'fold_vloop_tiled/2227e3',
+    ("bfloat16", 64, False, False, 1, 3, 1, 2): "fold_vloop_tiled/2227e3",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], median 0.0638 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 2, 2, 1)
-    ('bfloat16', 64, False, False, 2, 2, 1, 1): 'post_vloop_tiled/72431e',
+    ("bfloat16", 64, False, False, 2, 2, 1, 1): "post_vloop_tiled/72431e",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0676 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 3, 3, 1)
-    ('bfloat16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/904265',
+    ("bfloat16", 64, False, False, 3, 3, 1, 1): "fold_general_tiled/904265",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1005 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 3, 4, 1)
-    ('bfloat16', 64, False, False, 3, 4, 1, 1): 'post_vloop_tiled/72431e',
+    ("bfloat16", 64, False, False, 3, 4, 1, 1): "post_vloop_tiled/72431e",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1385 ms (writing flush), smem_bytes 40960 (reported 32768),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, False, 3, 5, 1)
-    ('bfloat16', 64, False, False, 3, 5, 1, 1): 'fold_general_tiled/44e993',
+    ("bfloat16", 64, False, False, 3, 5, 1, 1): "fold_general_tiled/44e993",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0195 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03,
     # measured for key ('bfloat16', 64, False, False, 4, 1, 1)
-    ('bfloat16', 64, False, False, 4, 1, 1, 1): 'fold_vloop2_tiled/3e7eb9',
+    ("bfloat16", 64, False, False, 4, 1, 1, 1): "fold_vloop2_tiled/3e7eb9",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (64, 96], align > 1,
     # tasks <= 256, median 0.0135 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03,
     # measured for key ('bfloat16', 64, False, False, 4, 2, 0)
-    ('bfloat16', 64, False, False, 4, 2, 1, 0): 'fold_vloop2_tiled/fd4b8f',
+    ("bfloat16", 64, False, False, 4, 2, 1, 0): "fold_vloop2_tiled/fd4b8f",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks <= 256, median 0.0267 ms, smem_bytes 229376 (reported 147456), tuned 2026-12-03,
     # measured for key ('bfloat16', 64, False, False, 4, 6, 0)
-    ('bfloat16', 64, False, False, 4, 6, 1, 0): 'post_vloop2_tiled/3e7eb9',
+    ("bfloat16", 64, False, False, 4, 6, 1, 0): "post_vloop2_tiled/3e7eb9",
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], median 0.2206 ms, smem_bytes 69632 (reported 69632), tuned 2026-12-03,
     # measured for key ('bfloat16', 64, False, False, 4, 6, 1)
-    ('bfloat16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/8582c4',
+    ("bfloat16", 64, False, False, 4, 6, 1, 1): "fold_general_tiled/8582c4",
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0242 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01, measured for key ('bfloat16', 64, False, True, 3, 3, 1)
-    ('bfloat16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/904265',
+    ("bfloat16", 64, False, True, 3, 3, 1, 1): "fold_general_tiled/904265",
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V in (96, 128], align > 1,
     # tasks <= 256, median 0.0153 ms, smem_bytes 229376 (reported 73728), tuned 2026-12-03,
     # measured for key ('bfloat16', 64, True, True, 4, 3, 0)
-    ('bfloat16', 64, True, True, 4, 3, 1, 0): 'fold_vloop2_tiled/fd4b8f',
+    ("bfloat16", 64, True, True, 4, 3, 1, 0): "fold_vloop2_tiled/fd4b8f",
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align > 1,
     # tasks in (2048, 16384], median 0.0303 ms (writing flush), smem_bytes 20480 (reported 8192),
     # tuned 2026-12-01, measured for key ('float16', 32, False, False, 0, 1, 2)
-    ('float16', 32, False, False, 0, 1, 1, 2): 'fold_general_tiled/677898',
+    ("float16", 32, False, False, 0, 1, 1, 2): "fold_general_tiled/677898",
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (192, 256], align > 1,
     # tasks <= 256, median 0.0242 ms, smem_bytes 196608 (reported 92160), tuned 2026-12-03,
     # measured for key ('float16', 32, False, False, 4, 5, 0)
-    ('float16', 32, False, False, 4, 5, 1, 0): 'post_vloop2_tiled/609f65',
+    ("float16", 32, False, False, 4, 5, 1, 0): "post_vloop2_tiled/609f65",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align > 1,
     # tasks in (256, 2048], median 0.0356 ms (writing flush), smem_bytes 139264 (reported 40960),
     # tuned 2026-12-01, measured for key ('float16', 64, False, False, 1, 1, 1)
-    ('float16', 64, False, False, 1, 1, 1, 1): 'fold_vloop_tiled/38dcd1',
+    ("float16", 64, False, False, 1, 1, 1, 1): "fold_vloop_tiled/38dcd1",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks in (2048, 16384], median 0.1929 ms (writing flush), smem_bytes 81920 (reported 32768),
     # tuned 2026-12-01, measured for key ('float16', 64, False, False, 1, 3, 2)
-    ('float16', 64, False, False, 1, 3, 1, 2): 'post_general_tiled/fa43c4',
+    ("float16", 64, False, False, 1, 3, 1, 2): "post_general_tiled/fa43c4",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], median 0.0668 ms (writing flush), smem_bytes 40960 (reported 32768),
     # tuned 2026-12-01, measured for key ('float16', 64, False, False, 2, 2, 1)
-    ('float16', 64, False, False, 2, 2, 1, 1): 'fold_general_tiled/44e993',
+    ("float16", 64, False, False, 2, 2, 1, 1): "fold_general_tiled/44e993",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0674 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01, measured for key ('float16', 64, False, False, 3, 3, 1)
-    ('float16', 64, False, False, 3, 3, 1, 1): 'fold_general_tiled/904265',
+    ("float16", 64, False, False, 3, 3, 1, 1): "fold_general_tiled/904265",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048], median 0.1021 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01, measured for key ('float16', 64, False, False, 3, 4, 1)
-    ('float16', 64, False, False, 3, 4, 1, 1): 'fold_vloop_tiled/72431e',
+    ("float16", 64, False, False, 3, 4, 1, 1): "fold_vloop_tiled/72431e",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align > 1,
     # tasks in (256, 2048], median 0.1316 ms (writing flush), smem_bytes 90112 (reported 45056),
     # tuned 2026-12-01, measured for key ('float16', 64, False, False, 3, 5, 1)
-    ('float16', 64, False, False, 3, 5, 1, 1): 'fold_vloop_tiled/65b6dd',
+    ("float16", 64, False, False, 3, 5, 1, 1): "fold_vloop_tiled/65b6dd",
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], median 0.1981 ms, smem_bytes 40960 (reported 32768), tuned 2026-12-03,
     # measured for key ('float16', 64, False, False, 4, 6, 1)
-    ('float16', 64, False, False, 4, 6, 1, 1): 'fold_general_tiled/44e993',
+    ("float16", 64, False, False, 4, 6, 1, 1): "fold_general_tiled/44e993",
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (256, 2048], median 0.0242 ms (writing flush), smem_bytes 81920 (reported 40960),
     # tuned 2026-12-01, measured for key ('float16', 64, False, True, 3, 3, 1)
-    ('float16', 64, False, True, 3, 3, 1, 1): 'fold_general_tiled/904265',
+    ("float16", 64, False, True, 3, 3, 1, 1): "fold_general_tiled/904265",
 }
 
 # (plain fields of KEY, (first, last) bucket index per field of BUCKETED, config): the other
@@ -269,2606 +588,2624 @@ TUNED = {
 FILL = (
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align any,
     # tasks any
-    (('bfloat16', 32, False, False), ((0, 0), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((0, 0), (1, 1), (0, 1), (0, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((0, 0), (2, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((0, 0), (2, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 96, V in (64, 256], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((0, 2), (2, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((0, 2), (2, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 64, V in (64, 96], align <= 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((0, 1), (2, 2), (0, 0), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((0, 1), (2, 2), (0, 0), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 96], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((0, 0), (2, 2), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((0, 0), (2, 2), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (96, 192], align <= 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((0, 0), (3, 4), (0, 0), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((0, 0), (3, 4), (0, 0), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (96, 128], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((0, 0), (3, 3), (1, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((0, 0), (3, 3), (1, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 64, V in (128, 256], align <= 1,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, False), ((0, 1), (4, 5), (0, 0), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((0, 1), (4, 5), (0, 0), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks > 16384, measured fastest here
-    (('bfloat16', 32, False, False), ((0, 0), (4, 4), (1, 1), (3, 3)), 'fold_vloop_tiled/7d0495'),
+    (("bfloat16", 32, False, False), ((0, 0), (4, 4), (1, 1), (3, 3)), "fold_vloop_tiled/7d0495"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks <= 256
-    (('bfloat16', 32, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks > 256
-    (('bfloat16', 32, False, False), ((0, 0), (6, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((0, 0), (6, 6), (0, 1), (1, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 32, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (1, 1), (1, 1)), 'fold_vloop_tiled/a20857'),
+    (("bfloat16", 32, False, False), ((1, 1), (0, 0), (1, 1), (1, 1)), "fold_vloop_tiled/a20857"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks > 16384, measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 32, False, False), ((1, 1), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((1, 1), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((1, 1), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (32, 64], align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 2), (1, 1), (0, 0), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((1, 2), (1, 1), (0, 0), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((1, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((1, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, False), ((1, 1), (2, 2), (0, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((1, 1), (2, 2), (0, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align > 1,
     # tasks > 16384, measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (2, 2), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((1, 1), (2, 2), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 1), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, False), ((1, 1), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 128], V in (96, 192], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((1, 3), (3, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((1, 3), (3, 4), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (128, 256], align > 1,
     # tasks > 256
-    (('bfloat16', 32, False, False), ((1, 1), (4, 5), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((1, 1), (4, 5), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, False), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((1, 1), (6, 6), (0, 0), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align <= 1,
     # tasks > 2048
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (0, 0), (2, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((1, 1), (6, 6), (0, 0), (2, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_general_tma/157a80'),
+    (("bfloat16", 32, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), "fold_general_tma/157a80"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((1, 1), (6, 6), (1, 1), (2, 2)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((1, 1), (6, 6), (1, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((1, 1), (6, 6), (1, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 32, False, False), ((2, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((2, 2), (1, 1), (1, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, False), ((2, 2), (1, 1), (1, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((2, 2), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, False, False), ((2, 2), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 2), (3, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, False), ((2, 2), (3, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 96, align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((2, 2), (3, 6), (0, 0), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 2), (3, 6), (0, 0), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((2, 2), (3, 5), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 2), (3, 5), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 64, V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 128], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((2, 3), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 3), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 32, False, False), ((2, 2), (6, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((2, 2), (6, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 32, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 96, V <= 32, align > 1, tasks > 16384
-    (('bfloat16', 32, False, False), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 32, False, False), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 96, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((3, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((3, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 96, V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((3, 5), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((3, 5), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, False), ((3, 3), (2, 2), (0, 1), (1, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((3, 3), (2, 2), (0, 1), (1, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 192], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, False), ((3, 3), (2, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((3, 3), (2, 4), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 96, V in (96, 128], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((3, 5), (3, 3), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((3, 5), (3, 3), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, False), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((3, 3), (4, 4), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, False), ((3, 3), (4, 4), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks > 256
-    (('bfloat16', 32, False, False), ((3, 3), (5, 5), (0, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, False, False), ((3, 3), (5, 5), (0, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 96, V > 256, align any, tasks > 256
-    (('bfloat16', 32, False, False), ((3, 5), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((3, 5), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((4, 4), (0, 0), (0, 1), (0, 0)), 'post_vloop2_tiled/609f65'),
+    (("bfloat16", 32, False, False), ((4, 4), (0, 0), (0, 1), (0, 0)), "post_vloop2_tiled/609f65"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, False), ((4, 4), (1, 1), (0, 1), (0, 0)), 'fold_vloop2_tiled/ac93f6'),
+    (("bfloat16", 32, False, False), ((4, 4), (1, 1), (0, 1), (0, 0)), "fold_vloop2_tiled/ac93f6"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 128, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, False), ((4, 5), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, False), ((4, 5), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 128, V > 64, align any, tasks > 2048
-    (('bfloat16', 32, False, False), ((4, 5), (2, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((4, 5), (2, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 128, V > 96, align any, tasks > 256
-    (('bfloat16', 32, False, False), ((4, 5), (3, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((4, 5), (3, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=False, K > 128, V > 256, align any, tasks any
-    (('bfloat16', 32, False, False), ((4, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, False), ((4, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, True), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 32, V in (32, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((0, 0), (1, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((0, 0), (1, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, True), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 96, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, True), ((0, 2), (2, 2), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((0, 2), (2, 2), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 64, V in (64, 96], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((0, 1), (2, 2), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((0, 1), (2, 2), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 32, V > 96, align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, True), ((0, 0), (3, 6), (0, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((0, 0), (3, 6), (0, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 32, V in (96, 192], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((0, 0), (3, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, True), ((0, 0), (3, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 32, V > 256, align any, tasks <= 256
-    (('bfloat16', 32, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K <= 64, V > 256, align any, tasks > 16384
-    (('bfloat16', 32, False, True), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, True), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 32, False, True), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V <= 32, align > 1,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((1, 1), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 32, False, True), ((1, 1), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, True), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (64, 96], align any,
     # tasks > 256
-    (('bfloat16', 32, False, True), ((1, 1), (2, 2), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((1, 1), (2, 2), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((1, 1), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, True), ((1, 1), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (96, 256], align any,
     # tasks > 2048
-    (('bfloat16', 32, False, True), ((1, 1), (3, 5), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((1, 1), (3, 5), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 128, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((1, 1), (4, 6), (0, 1), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((1, 1), (4, 6), (0, 1), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 32, False, True), ((1, 1), (6, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, False, True), ((1, 1), (6, 6), (0, 1), (2, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((2, 2), (2, 3), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, False, True), ((2, 2), (2, 3), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (96, 128], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((2, 3), (3, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, True), ((2, 3), (3, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (96, 128], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, True), ((2, 3), (3, 3), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((2, 3), (3, 3), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 96, align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((2, 2), (3, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((2, 2), (3, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((2, 3), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((2, 3), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((2, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((2, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 128, align any,
     # tasks > 2048
-    (('bfloat16', 32, False, True), ((2, 2), (4, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((2, 2), (4, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((2, 2), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, False, True), ((2, 2), (5, 5), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((2, 2), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((2, 2), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 64, V > 256, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((2, 5), (6, 6), (0, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((2, 5), (6, 6), (0, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((3, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 32, False, True), ((3, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 96, V <= 32, align > 1, tasks > 16384
-    (('bfloat16', 32, False, True), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 32, False, True), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, True), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 96, V in (64, 96], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, False, True), ((3, 5), (2, 2), (0, 1), (1, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((3, 5), (2, 2), (0, 1), (1, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (64, 96], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((3, 3), (2, 2), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((3, 3), (2, 2), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, False, True), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 192], align any,
     # tasks > 16384
-    (('bfloat16', 32, False, True), ((3, 3), (3, 4), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((3, 3), (3, 4), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, False, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/b28384'),
+    (("bfloat16", 32, False, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/b28384"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks > 2048
-    (('bfloat16', 32, False, True), ((3, 3), (4, 4), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 32, False, True), ((3, 3), (4, 4), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 96, V > 192, align any, tasks > 256
-    (('bfloat16', 32, False, True), ((3, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((3, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (128, 256], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((4, 4), (0, 0), (0, 1), (0, 0)), 'post_vloop2_tiled/609f65'),
+    (("bfloat16", 32, False, True), ((4, 4), (0, 0), (0, 1), (0, 0)), "post_vloop2_tiled/609f65"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K in (128, 256], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((4, 4), (1, 1), (0, 1), (0, 0)), 'fold_vloop2_tiled/ac93f6'),
+    (("bfloat16", 32, False, True), ((4, 4), (1, 1), (0, 1), (0, 0)), "fold_vloop2_tiled/ac93f6"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, False, True), ((4, 5), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((4, 5), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V in (64, 192], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((4, 5), (2, 4), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((4, 5), (2, 4), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V > 64, align any, tasks > 16384
-    (('bfloat16', 32, False, True), ((4, 5), (2, 6), (0, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((4, 5), (2, 6), (0, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V in (96, 128], align any,
     # tasks > 256
-    (('bfloat16', 32, False, True), ((4, 5), (3, 3), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((4, 5), (3, 3), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V > 128, align any, tasks > 2048
-    (('bfloat16', 32, False, True), ((4, 5), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((4, 5), (4, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V in (192, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, False, True), ((4, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, False, True), ((4, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=False, H1=True, K > 128, V > 256, align any, tasks any
-    (('bfloat16', 32, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V <= 32, align any, tasks <= 256
-    (('bfloat16', 32, True, False), ((0, 0), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 32, True, False), ((0, 0), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, False), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V in (32, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((0, 0), (1, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 0), (1, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 96, V in (64, 256], align <= 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((0, 2), (2, 5), (0, 0), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((0, 2), (2, 5), (0, 0), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 64, V in (64, 96], align <= 1,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((0, 1), (2, 2), (0, 0), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((0, 1), (2, 2), (0, 0), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V in (64, 192], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((0, 0), (2, 4), (1, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 0), (2, 4), (1, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V in (96, 192], align <= 1,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((0, 0), (3, 4), (0, 0), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, False), ((0, 0), (3, 4), (0, 0), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V in (96, 192], align > 1,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((0, 0), (3, 4), (1, 1), (3, 3)), 'fold_general_tma/b53f65'),
+    (("bfloat16", 32, True, False), ((0, 0), (3, 4), (1, 1), (3, 3)), "fold_general_tma/b53f65"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 64, V in (128, 256], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((0, 1), (4, 5), (0, 1), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((0, 1), (4, 5), (0, 1), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K any, V in (192, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((0, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 96, V in (192, 256], align > 1,
     # tasks > 2048
-    (('bfloat16', 32, True, False), ((0, 2), (5, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((0, 2), (5, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align <= 1, tasks <= 256
-    (('bfloat16', 32, True, False), ((0, 0), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 0), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, True, False), ((0, 0), (6, 6), (0, 1), (1, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((0, 0), (6, 6), (0, 1), (1, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 64, V > 256, align any, tasks > 16384
-    (('bfloat16', 32, True, False), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, False), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256,
     # measured fastest here
-    (('bfloat16', 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 128], V <= 32, align <= 1,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((1, 3), (0, 0), (0, 0), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 32, True, False), ((1, 3), (0, 0), (0, 0), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 32, align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/edd6b0'),
+    (("bfloat16", 32, True, False), ((1, 1), (0, 0), (1, 1), (0, 0)), "fold_vloop_tiled/edd6b0"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, False), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks > 256
-    (('bfloat16', 32, True, False), ((1, 1), (2, 2), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((1, 1), (2, 2), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((1, 1), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, True, False), ((1, 1), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 128], V in (96, 128], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((1, 3), (3, 3), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((1, 3), (3, 3), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 96], V in (96, 256], align > 1,
     # tasks > 2048
-    (('bfloat16', 32, True, False), ((1, 2), (3, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((1, 2), (3, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 96], V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((1, 2), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((1, 2), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 96], V in (128, 256], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((1, 2), (4, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((1, 2), (4, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, True, False), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align any,
     # tasks > 256
-    (('bfloat16', 32, True, False), ((1, 1), (6, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, False), ((1, 1), (6, 6), (0, 1), (1, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 128], V <= 32, align > 1,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((2, 3), (0, 0), (1, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 32, True, False), ((2, 3), (0, 0), (1, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((2, 2), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((2, 2), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 128], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((2, 3), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((2, 3), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((2, 2), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, True, False), ((2, 2), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 64, align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((2, 2), (2, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((2, 2), (2, 6), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 96, align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((2, 2), (3, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((2, 2), (3, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (96, 256], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((2, 2), (3, 5), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((2, 2), (3, 5), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 64, V > 256, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((2, 5), (6, 6), (0, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((2, 5), (6, 6), (0, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 32, True, False), ((2, 2), (6, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((2, 2), (6, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 96, V <= 32, align > 1, tasks > 16384
-    (('bfloat16', 32, True, False), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 32, True, False), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 96, V in (32, 64], align any,
     # tasks <= 2048
-    (('bfloat16', 32, True, False), ((3, 5), (1, 1), (0, 1), (0, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((3, 5), (1, 1), (0, 1), (0, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (64, 96], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, True, False), ((3, 3), (2, 2), (0, 1), (1, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((3, 3), (2, 2), (0, 1), (1, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (64, 128], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, False), ((3, 3), (2, 3), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, False), ((3, 3), (2, 3), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((3, 3), (3, 3), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, False), ((3, 3), (3, 3), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 96, V in (96, 128], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((3, 5), (3, 3), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((3, 5), (3, 3), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks > 256
-    (('bfloat16', 32, True, False), ((3, 3), (4, 4), (0, 1), (1, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((3, 3), (4, 4), (0, 1), (1, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 96, V > 192, align any, tasks > 256
-    (('bfloat16', 32, True, False), ((3, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((3, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 96, V > 256, align any, tasks any
-    (('bfloat16', 32, True, False), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 128, V in (32, 64], align any,
     # tasks > 2048
-    (('bfloat16', 32, True, False), ((4, 5), (1, 1), (0, 1), (2, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((4, 5), (1, 1), (0, 1), (2, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 128, V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((4, 5), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/b28384'),
+    (("bfloat16", 32, True, False), ((4, 5), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/b28384"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 128, V > 64, align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, False), ((4, 5), (2, 6), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((4, 5), (2, 6), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 128, V in (96, 128], align any,
     # tasks any
-    (('bfloat16', 32, True, False), ((4, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((4, 5), (3, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 128, V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, False), ((4, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, False), ((4, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=False, K > 128, V > 128, align any, tasks > 256
-    (('bfloat16', 32, True, False), ((4, 5), (4, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, False), ((4, 5), (4, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V <= 32, align any, tasks <= 256
-    (('bfloat16', 32, True, True), ((0, 0), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 32, True, True), ((0, 0), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 64, V in (32, 64], align <= 1,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((0, 1), (1, 1), (0, 0), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((0, 1), (1, 1), (0, 0), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((0, 0), (1, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((0, 0), (1, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, True), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 64], align > 1,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((0, 0), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((0, 0), (1, 1), (1, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 96, V in (64, 256], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, True), ((0, 2), (2, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((0, 2), (2, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 128, V in (64, 96], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, True), ((0, 3), (2, 2), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((0, 3), (2, 2), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V in (96, 192], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, True), ((0, 0), (3, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((0, 0), (3, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 96, V > 128, align any, tasks <= 256
-    (('bfloat16', 32, True, True), ((0, 2), (4, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((0, 2), (4, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V in (128, 256], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, True, True), ((0, 0), (4, 5), (0, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((0, 0), (4, 5), (0, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, True), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 32, V > 256, align any,
     # tasks in (256, 16384]
-    (('bfloat16', 32, True, True), ((0, 0), (6, 6), (0, 1), (1, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((0, 0), (6, 6), (0, 1), (1, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K <= 64, V > 256, align any, tasks > 16384
-    (('bfloat16', 32, True, True), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 32, True, True), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 64], align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 32, True, True), ((1, 1), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((1, 1), (1, 1), (1, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((1, 1), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((1, 1), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (96, 128], align any,
     # tasks <= 2048
-    (('bfloat16', 32, True, True), ((1, 1), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, True, True), ((1, 1), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, True), ((1, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((1, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((1, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((1, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (192, 256], align any,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((1, 2), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((1, 2), (5, 5), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (32, 64], V > 256, align any,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((1, 1), (6, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 32, True, True), ((1, 1), (6, 6), (0, 1), (1, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 32, True, True), ((2, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 32, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((2, 3), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((2, 3), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 96], V > 96, align any,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((2, 2), (3, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((2, 2), (3, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((2, 2), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 32, True, True), ((2, 2), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 64, V > 256, align <= 1, tasks > 256
-    (('bfloat16', 32, True, True), ((2, 5), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((2, 5), (6, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (64, 96], V > 256, align > 1,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((2, 2), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((2, 2), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V <= 32, align > 1, tasks > 16384
-    (('bfloat16', 32, True, True), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 32, True, True), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, True), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 32, True, True), ((3, 5), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((3, 5), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (96, 128], align any,
     # tasks <= 2048
-    (('bfloat16', 32, True, True), ((3, 3), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 32, True, True), ((3, 3), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (96, 192], align any,
     # tasks > 2048
-    (('bfloat16', 32, True, True), ((3, 3), (3, 4), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 32, True, True), ((3, 3), (3, 4), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 32, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/b28384'),
+    (("bfloat16", 32, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/b28384"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V in (192, 256], align any,
     # tasks <= 256
-    (('bfloat16', 32, True, True), ((3, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((3, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V > 192, align <= 1, tasks > 256
-    (('bfloat16', 32, True, True), ((3, 5), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((3, 5), (5, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V in (192, 256], align > 1,
     # tasks > 256
-    (('bfloat16', 32, True, True), ((3, 5), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((3, 5), (5, 5), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V > 256, align any, tasks <= 256
-    (('bfloat16', 32, True, True), ((3, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((3, 5), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K in (96, 128], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 32, True, True), ((3, 3), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((3, 3), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 96, V > 256, align > 1, tasks > 2048
-    (('bfloat16', 32, True, True), ((3, 5), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((3, 5), (6, 6), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 128, V in (32, 64], align any, tasks any
-    (('bfloat16', 32, True, True), ((4, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 32, True, True), ((4, 5), (1, 1), (0, 1), (0, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 128, V in (96, 128], align any, tasks any
-    (('bfloat16', 32, True, True), ((4, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((4, 5), (3, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 128, V > 128, align any, tasks > 2048
-    (('bfloat16', 32, True, True), ((4, 5), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((4, 5), (4, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=32, big_scale=True, H1=True, K > 128, V > 256, align > 1, tasks > 256
-    (('bfloat16', 32, True, True), ((4, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 32, True, True), ((4, 5), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 96], align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((0, 0), (1, 2), (0, 0), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 0), (1, 2), (0, 0), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K any, V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((0, 5), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 5), (1, 1), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 96, V in (64, 96], align <= 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((0, 2), (2, 2), (0, 0), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((0, 2), (2, 2), (0, 0), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (64, 96], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((0, 0), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((0, 0), (2, 2), (1, 1), (2, 2)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V > 96, align <= 1,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, False), ((0, 0), (3, 6), (0, 0), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((0, 0), (3, 6), (0, 0), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 96, V in (96, 128], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((0, 2), (3, 3), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((0, 2), (3, 3), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (96, 128], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((0, 0), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 0), (3, 3), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 64, V > 96, align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((0, 1), (3, 6), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((0, 1), (3, 6), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((0, 0), (4, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 64, False, False), ((0, 0), (4, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 128, V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((0, 3), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((0, 3), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V > 192, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((0, 0), (5, 6), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((0, 0), (5, 6), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align <= 1, tasks <= 256
-    (('bfloat16', 64, False, False), ((0, 0), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((0, 0), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K <= 64, V > 256, align any, tasks > 16384
-    (('bfloat16', 64, False, False), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 64, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 128], align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((1, 1), (1, 3), (0, 0), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 1), (1, 3), (0, 0), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 96], V in (64, 96], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 2), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((1, 2), (2, 2), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 128], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 1), (2, 3), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 1), (2, 3), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 96], V in (64, 256], align > 1,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((1, 2), (2, 5), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 2), (2, 5), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 96, align any,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((1, 1), (3, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 1), (3, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 128], V in (96, 128], align > 1,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, False), ((1, 3), (3, 3), (1, 1), (1, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 3), (3, 3), (1, 1), (1, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 128, align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((1, 1), (4, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 1), (4, 6), (0, 0), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (128, 256], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((1, 1), (4, 5), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 1), (4, 5), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align <= 1,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((1, 1), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (0, 0)), 'fold_general_tma/157a80'),
+    (("bfloat16", 64, False, False), ((1, 1), (6, 6), (1, 1), (0, 0)), "fold_general_tma/157a80"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V <= 32, align any,
     # tasks <= 2048
-    (('bfloat16', 64, False, False), ((2, 3), (0, 0), (0, 1), (0, 1)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, False, False), ((2, 3), (0, 0), (0, 1), (0, 1)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((2, 3), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((2, 3), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks <= 2048
-    (('bfloat16', 64, False, False), ((2, 2), (2, 2), (0, 1), (0, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((2, 2), (2, 2), (0, 1), (0, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((2, 2), (2, 2), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((2, 2), (2, 2), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (96, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((2, 3), (3, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, False, False), ((2, 3), (3, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, False), ((2, 2), (3, 3), (0, 1), (1, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((2, 2), (3, 3), (0, 1), (1, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 64, V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((2, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((2, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((2, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((2, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (128, 256], align any,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((2, 2), (4, 5), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((2, 2), (4, 5), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 192, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((2, 2), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((2, 2), (5, 6), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((2, 2), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((2, 2), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((2, 2), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((2, 2), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 64, False, False), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, False, False), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 96, V in (64, 96], align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((3, 5), (2, 2), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((3, 5), (2, 2), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 256], align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((3, 3), (2, 5), (1, 1), (1, 1)), 'fold_general_tma/cf5579'),
+    (("bfloat16", 64, False, False), ((3, 3), (2, 5), (1, 1), (1, 1)), "fold_general_tma/cf5579"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 96, V in (64, 96], align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, False), ((3, 5), (2, 2), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((3, 5), (2, 2), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 256], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, False), ((3, 3), (3, 5), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((3, 3), (3, 5), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 96, V in (96, 128], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((3, 5), (3, 3), (0, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((3, 5), (3, 3), (0, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, False, False), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, False), ((3, 3), (4, 4), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, False), ((3, 3), (4, 4), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((3, 3), (5, 5), (0, 1), (1, 1)), 'post_vloop_tiled/72431e'),
+    (("bfloat16", 64, False, False), ((3, 3), (5, 5), (0, 1), (1, 1)), "post_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 96, V > 256, align any, tasks any
-    (('bfloat16', 64, False, False), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((4, 4), (1, 1), (0, 1), (0, 0)), 'fold_vloop2_tiled/ac93f6'),
+    (("bfloat16", 64, False, False), ((4, 4), (1, 1), (0, 1), (0, 0)), "fold_vloop2_tiled/ac93f6"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align any,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((4, 4), (1, 1), (0, 1), (1, 3)), 'fold_vloop2_tiled/3e7eb9'),
+    (("bfloat16", 64, False, False), ((4, 4), (1, 1), (0, 1), (1, 3)), "fold_vloop2_tiled/3e7eb9"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, False), ((4, 5), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((4, 5), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 96], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((4, 5), (2, 2), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((4, 5), (2, 2), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (96, 128], align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((4, 5), (3, 3), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((4, 5), (3, 3), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, False), ((4, 4), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, False), ((4, 4), (3, 3), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V > 96, align > 1, tasks > 2048
-    (('bfloat16', 64, False, False), ((4, 5), (3, 6), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((4, 5), (3, 6), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, False), ((4, 5), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((4, 5), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V > 128, align any, tasks > 2048
-    (('bfloat16', 64, False, False), ((4, 5), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((4, 5), (4, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 128, V > 192, align any, tasks > 256
-    (('bfloat16', 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V in (32, 64], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, False), ((5, 5), (1, 1), (0, 1), (1, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, False), ((5, 5), (1, 1), (0, 1), (1, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=False, K > 256, V in (96, 128], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, False), ((5, 5), (3, 3), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, False), ((5, 5), (3, 3), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 96, V in (32, 64], align <= 1,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, True), ((0, 2), (1, 1), (0, 0), (1, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((0, 2), (1, 1), (0, 0), (1, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 96, V in (32, 64], align > 1,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, True), ((0, 2), (1, 1), (1, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((0, 2), (1, 1), (1, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((0, 0), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((0, 0), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 96, V in (64, 96], align any,
     # tasks > 2048
-    (('bfloat16', 64, False, True), ((0, 2), (2, 2), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 2), (2, 2), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align <= 1,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 0), (3, 6), (0, 0), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 96, V in (96, 128], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((0, 2), (3, 3), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 2), (3, 3), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (96, 192], align > 1,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 0), (3, 4), (1, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (128, 192], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((0, 0), (4, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 64, False, True), ((0, 0), (4, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (192, 256], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((0, 0), (5, 5), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 0), (5, 5), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/7fda40'),
+    (("bfloat16", 64, False, True), ((0, 0), (5, 5), (1, 1), (1, 1)), "fold_vloop_tiled/7fda40"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 96, V in (192, 256], align > 1,
     # tasks > 2048
-    (('bfloat16', 64, False, True), ((0, 2), (5, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 2), (5, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 32, V > 256, align any, tasks <= 256
-    (('bfloat16', 64, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 64, V > 256, align any, tasks > 16384
-    (('bfloat16', 64, False, True), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K <= 64, V > 256, align > 1, tasks > 256
-    (('bfloat16', 64, False, True), ((0, 1), (6, 6), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((0, 1), (6, 6), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 96], V in (32, 64], align > 1,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, True), ((1, 2), (1, 1), (1, 1), (1, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((1, 2), (1, 1), (1, 1), (1, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((1, 1), (2, 3), (0, 1), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((1, 1), (2, 3), (0, 1), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 96, align any,
     # tasks > 2048
-    (('bfloat16', 64, False, True), ((1, 1), (3, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((1, 1), (3, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 128, align <= 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((1, 1), (4, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((1, 1), (4, 6), (0, 0), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V in (128, 192], align > 1,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((1, 1), (4, 4), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((1, 1), (4, 4), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 32, V in (192, 256], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((1, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((1, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('bfloat16', 64, False, True), ((1, 1), (5, 5), (1, 1), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((1, 1), (5, 5), (1, 1), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 256], V <= 32, align > 1,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((2, 4), (0, 0), (1, 1), (0, 0)),
-        'fold_general_tma_persistent/c9454c'),
+    (
+        ("bfloat16", 64, False, True),
+        ((2, 4), (0, 0), (1, 1), (0, 0)),
+        "fold_general_tma_persistent/c9454c",
+    ),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((2, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, True), ((2, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (96, 128], align any,
     # tasks <= 2048
-    (('bfloat16', 64, False, True), ((2, 3), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, False, True), ((2, 3), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (96, 192], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, True), ((2, 3), (3, 4), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((2, 3), (3, 4), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 64, V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((2, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((2, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, True), ((2, 2), (4, 4), (0, 1), (1, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((2, 2), (4, 4), (0, 1), (1, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (128, 256], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((2, 2), (4, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((2, 2), (4, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (192, 256], align any,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((2, 2), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((2, 2), (5, 5), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V > 256, align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((2, 2), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((2, 2), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (64, 96], V > 256, align any,
     # tasks > 256
-    (('bfloat16', 64, False, True), ((2, 2), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, True), ((2, 2), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V <= 32, align <= 1,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((3, 3), (0, 0), (0, 0), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, False, True), ((3, 3), (0, 0), (0, 0), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V <= 32, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((3, 3), (0, 0), (0, 1), (1, 1)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 64, False, True), ((3, 3), (0, 0), (0, 1), (1, 1)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 64, False, True), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((3, 3), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 64, False, True), ((3, 3), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, False, True), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, False, True), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 96, V in (64, 96], align any,
     # tasks > 2048
-    (('bfloat16', 64, False, True), ((3, 5), (2, 2), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, True), ((3, 5), (2, 2), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 256], align any,
     # tasks > 16384
-    (('bfloat16', 64, False, True), ((3, 3), (3, 5), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((3, 3), (3, 5), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, False, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, False, True), ((3, 3), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, False, True), ((3, 3), (5, 5), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (192, 256], align any,
     # tasks > 2048
-    (('bfloat16', 64, False, True), ((3, 3), (5, 5), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, False, True), ((3, 3), (5, 5), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 96, V > 256, align any, tasks > 256
-    (('bfloat16', 64, False, True), ((3, 5), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, True), ((3, 5), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 128, V in (32, 64], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 64, False, True), ((4, 5), (1, 1), (0, 1), (1, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, False, True), ((4, 5), (1, 1), (0, 1), (1, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 128, V in (64, 128], align any,
     # tasks any
-    (('bfloat16', 64, False, True), ((4, 5), (2, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, True), ((4, 5), (2, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 128, V > 128, align any, tasks > 256
-    (('bfloat16', 64, False, True), ((4, 5), (4, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, True), ((4, 5), (4, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=False, H1=True, K > 128, V > 256, align any, tasks any
-    (('bfloat16', 64, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V <= 32, align any, tasks <= 256
-    (('bfloat16', 64, True, False), ((0, 0), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, True, False), ((0, 0), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 64, V in (32, 64], align any,
     # tasks <= 16384
-    (('bfloat16', 64, True, False), ((0, 1), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 1), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((0, 0), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 0), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 96, V in (64, 256], align any,
     # tasks > 2048
-    (('bfloat16', 64, True, False), ((0, 2), (2, 5), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((0, 2), (2, 5), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V in (96, 256], align <= 1,
     # tasks > 256
-    (('bfloat16', 64, True, False), ((0, 0), (3, 5), (0, 0), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((0, 0), (3, 5), (0, 0), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V in (96, 192], align > 1,
     # tasks > 256
-    (('bfloat16', 64, True, False), ((0, 0), (3, 4), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((0, 0), (3, 4), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K any, V in (192, 256], align <= 1,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((0, 5), (5, 5), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 5), (5, 5), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((0, 0), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 0), (5, 5), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V > 192, align > 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((0, 0), (5, 6), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, False), ((0, 0), (5, 6), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 96, V > 256, align <= 1, tasks <= 256
-    (('bfloat16', 64, True, False), ((0, 2), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 2), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align <= 1,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((0, 0), (6, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("bfloat16", 64, True, False), ((0, 0), (6, 6), (0, 0), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 64, V > 256, align <= 1, tasks > 2048
-    (('bfloat16', 64, True, False), ((0, 1), (6, 6), (0, 0), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((0, 1), (6, 6), (0, 0), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256,
     # measured fastest here
-    (('bfloat16', 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks > 2048
-    (('bfloat16', 64, True, False), ((0, 0), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, False), ((0, 0), (6, 6), (1, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("bfloat16", 64, True, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((1, 1), (2, 3), (0, 1), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((1, 1), (2, 3), (0, 1), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (96, 192], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((1, 1), (3, 4), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, False), ((1, 1), (3, 4), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 128, align any,
     # tasks > 256
-    (('bfloat16', 64, True, False), ((1, 1), (4, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((1, 1), (4, 6), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks <= 256, measured fastest here
-    (('bfloat16', 64, True, False), ((1, 1), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((1, 1), (5, 5), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (32, 96], V > 256, align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((1, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((1, 2), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, True, False), ((2, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 64, V in (32, 64], align any,
     # tasks in (256, 16384]
-    (('bfloat16', 64, True, False), ((2, 5), (1, 1), (0, 1), (1, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((2, 5), (1, 1), (0, 1), (1, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 96], V > 64, align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((2, 2), (2, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((2, 2), (2, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((2, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, False), ((2, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((2, 2), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, False), ((2, 2), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((2, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((2, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 128], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((2, 3), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, False), ((2, 3), (5, 5), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 96], V > 256, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((2, 2), (6, 6), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, False), ((2, 2), (6, 6), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (64, 96], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 64, True, False), ((2, 2), (6, 6), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((2, 2), (6, 6), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384
-    (('bfloat16', 64, True, False), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 64, True, False), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, False), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 96, V in (64, 96], align any,
     # tasks > 2048
-    (('bfloat16', 64, True, False), ((3, 5), (2, 2), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, False), ((3, 5), (2, 2), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (96, 256], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, False), ((3, 3), (3, 5), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((3, 3), (3, 5), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (96, 192], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, False), ((3, 3), (3, 4), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((3, 3), (3, 4), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 96, V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, False), ((3, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((3, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("bfloat16", 64, True, False), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, False), ((3, 3), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("bfloat16", 64, True, False), ((3, 3), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 96, V > 256, align any, tasks any
-    (('bfloat16', 64, True, False), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, False), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 128, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, False), ((4, 5), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((4, 5), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 128, V in (64, 128], align any,
     # tasks any
-    (('bfloat16', 64, True, False), ((4, 5), (2, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, False), ((4, 5), (2, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 128, V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, False), ((4, 5), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, False), ((4, 5), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 128, V > 128, align any, tasks > 2048
-    (('bfloat16', 64, True, False), ((4, 5), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, False), ((4, 5), (4, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=False, K > 128, V > 192, align any, tasks > 256
-    (('bfloat16', 64, True, False), ((4, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, False), ((4, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 128, V in (32, 64], align any,
     # tasks <= 16384
-    (('bfloat16', 64, True, True), ((0, 3), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 3), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 64, V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((0, 1), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 1), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, True), ((0, 0), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 0), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((0, 0), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 0), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (96, 128], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, True), ((0, 0), (3, 3), (0, 1), (2, 2)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((0, 0), (3, 3), (0, 1), (2, 2)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (96, 128], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((0, 0), (3, 3), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 0), (3, 3), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K any, V in (128, 256], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((0, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V > 128, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((0, 0), (4, 6), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((0, 0), (4, 6), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (128, 192], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, True), ((0, 0), (4, 4), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 0), (4, 4), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (128, 192], align <= 1,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((0, 0), (4, 4), (0, 0), (3, 3)), 'fold_general_tiled/b28384'),
+    (("bfloat16", 64, True, True), ((0, 0), (4, 4), (0, 0), (3, 3)), "fold_general_tiled/b28384"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V in (128, 192], align > 1,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((0, 0), (4, 4), (1, 1), (3, 3)), 'fold_general_tma/b53f65'),
+    (("bfloat16", 64, True, True), ((0, 0), (4, 4), (1, 1), (3, 3)), "fold_general_tma/b53f65"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 2048
-    (('bfloat16', 64, True, True), ((0, 2), (5, 5), (0, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((0, 2), (5, 5), (0, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 96, V > 256, align <= 1, tasks <= 256
-    (('bfloat16', 64, True, True), ((0, 2), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 2), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V > 256, align any, tasks > 2048
-    (('bfloat16', 64, True, True), ((0, 0), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((0, 0), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K <= 32, V > 256, align > 1, tasks <= 256,
     # measured fastest here
-    (('bfloat16', 64, True, True), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((0, 0), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 64], V in (64, 192], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, True), ((1, 1), (2, 4), (0, 1), (2, 2)), 'post_general_tiled/fa43c4'),
+    (("bfloat16", 64, True, True), ((1, 1), (2, 4), (0, 1), (2, 2)), "post_general_tiled/fa43c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 64], V in (64, 128], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((1, 1), (2, 3), (0, 1), (3, 3)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, True), ((1, 1), (2, 3), (0, 1), (3, 3)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 128], V in (96, 128], align any,
     # tasks <= 2048
-    (('bfloat16', 64, True, True), ((1, 3), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, True), ((1, 3), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((1, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((1, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 128], V in (128, 192], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((1, 3), (4, 4), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((1, 3), (4, 4), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 96], V > 192, align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((1, 2), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((1, 2), (5, 6), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 64], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 64, True, True), ((1, 1), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, True), ((1, 1), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (32, 96], V > 256, align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((1, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((1, 2), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 128], V <= 32, align > 1,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((2, 3), (0, 0), (1, 1), (0, 0)),
-        'fold_general_tma_persistent/c9454c'),
+    (
+        ("bfloat16", 64, True, True),
+        ((2, 3), (0, 0), (1, 1), (0, 0)),
+        "fold_general_tma_persistent/c9454c",
+    ),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks > 2048
-    (('bfloat16', 64, True, True), ((2, 2), (2, 2), (0, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((2, 2), (2, 2), (0, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (96, 128], align any,
     # tasks in (2048, 16384]
-    (('bfloat16', 64, True, True), ((2, 2), (3, 3), (0, 1), (2, 2)), 'post_general_tiled/fa43c4'),
+    (("bfloat16", 64, True, True), ((2, 2), (3, 3), (0, 1), (2, 2)), "post_general_tiled/fa43c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (96, 128], align any,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((2, 2), (3, 3), (0, 1), (3, 3)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, True), ((2, 2), (3, 3), (0, 1), (3, 3)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 128], V in (128, 192], align any,
     # tasks > 2048
-    (('bfloat16', 64, True, True), ((2, 3), (4, 4), (0, 1), (2, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((2, 3), (4, 4), (0, 1), (2, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (64, 96], V > 256, align any,
     # tasks > 2048
-    (('bfloat16', 64, True, True), ((2, 2), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("bfloat16", 64, True, True), ((2, 2), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384
-    (('bfloat16', 64, True, True), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("bfloat16", 64, True, True), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("bfloat16", 64, True, True), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 96, V in (64, 128], align any,
     # tasks > 2048
-    (('bfloat16', 64, True, True), ((3, 5), (2, 3), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, True), ((3, 5), (2, 3), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('bfloat16', 64, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/b28384'),
+    (("bfloat16", 64, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/b28384"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 96, V > 192, align any, tasks > 256
-    (('bfloat16', 64, True, True), ((3, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, True), ((3, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 96, V > 256, align any, tasks any
-    (('bfloat16', 64, True, True), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, True), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K in (128, 256], V in (32, 64], align any,
     # tasks <= 256
-    (('bfloat16', 64, True, True), ((4, 4), (1, 1), (0, 1), (0, 0)), 'fold_vloop2_tiled/3e7eb9'),
+    (("bfloat16", 64, True, True), ((4, 4), (1, 1), (0, 1), (0, 0)), "fold_vloop2_tiled/3e7eb9"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 128, V in (32, 64], align any,
     # tasks > 256
-    (('bfloat16', 64, True, True), ((4, 5), (1, 1), (0, 1), (1, 3)), 'fold_general_tiled/677898'),
+    (("bfloat16", 64, True, True), ((4, 5), (1, 1), (0, 1), (1, 3)), "fold_general_tiled/677898"),
     # dtype=bfloat16, BT=64, big_scale=True, H1=True, K > 128, V > 64, align any, tasks > 256
-    (('bfloat16', 64, True, True), ((4, 5), (2, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("bfloat16", 64, True, True), ((4, 5), (2, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (32, 64], align any, tasks any
-    (('float16', 32, False, False), ((0, 0), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((0, 0), (1, 1), (0, 1), (0, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 0), (2, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((0, 0), (2, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((0, 0), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((0, 0), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 64, V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 32, False, False), ((0, 1), (2, 2), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((0, 1), (2, 2), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 96, V in (96, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((0, 2), (3, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((0, 2), (3, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (96, 192], align any,
     # tasks > 16384
-    (('float16', 32, False, False), ((0, 0), (3, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, False), ((0, 0), (3, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V in (128, 256], align <= 1,
     # tasks in (256, 16384]
-    (('float16', 32, False, False), ((0, 0), (4, 5), (0, 0), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((0, 0), (4, 5), (0, 0), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 128, V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 32, False, False), ((0, 3), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((0, 3), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 64, V in (192, 256], align > 1,
     # tasks > 256
-    (('float16', 32, False, False), ((0, 1), (5, 5), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((0, 1), (5, 5), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks <= 256
-    (('float16', 32, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((0, 0), (6, 6), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, False), ((0, 0), (6, 6), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((0, 0), (6, 6), (0, 0), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((0, 0), (6, 6), (0, 0), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks > 16384
-    (('float16', 32, False, False), ((0, 0), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((0, 0), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 32, False, False), ((0, 0), (6, 6), (1, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((0, 0), (6, 6), (1, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 32, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, False), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (32, 64], align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((1, 2), (1, 1), (0, 0), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((1, 2), (1, 1), (0, 0), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align <= 1,
     # tasks > 256
-    (('float16', 32, False, False), ((1, 1), (2, 2), (0, 0), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((1, 1), (2, 2), (0, 0), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, False, False), ((1, 1), (2, 2), (1, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, False), ((1, 1), (2, 2), (1, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (64, 256], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((1, 2), (2, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((1, 2), (2, 5), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 1), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, False), ((1, 1), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 32, False, False), ((1, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((1, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 128], V in (128, 192], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 3), (4, 4), (0, 0), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((1, 3), (4, 4), (0, 0), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 1), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((1, 1), (4, 4), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 192, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 1), (5, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((1, 1), (5, 6), (0, 0), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align <= 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((1, 1), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, False), ((1, 1), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align any,
     # tasks > 2048
-    (('float16', 32, False, False), ((1, 1), (6, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, False), ((1, 1), (6, 6), (0, 1), (2, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_general_tma/157a80'),
+    (("float16", 32, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), "fold_general_tma/157a80"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("float16", 32, False, False), ((2, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align <= 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((2, 2), (1, 1), (0, 0), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (1, 1), (0, 0), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((2, 2), (1, 1), (1, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (1, 1), (1, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align > 1,
     # tasks > 16384, measured fastest here
-    (('float16', 32, False, False), ((2, 2), (1, 1), (1, 1), (3, 3)), 'fold_general_tiled/b28384'),
+    (("float16", 32, False, False), ((2, 2), (1, 1), (1, 1), (3, 3)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 32, False, False), ((2, 2), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (64, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((2, 2), (2, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((2, 2), (2, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 2), (3, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, False), ((2, 2), (3, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 256], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (3, 5), (0, 0), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (3, 5), (0, 0), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (3, 3), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 64, V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (128, 192], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, False, False), ((2, 2), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (4, 4), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((2, 2), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 2), (5, 5), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 128], V > 256, align <= 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((2, 3), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((2, 3), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align any,
     # tasks > 256
-    (('float16', 32, False, False), ((2, 2), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 32, False, False), ((2, 2), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 32, False, False), ((2, 2), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/b28384'),
+    (("float16", 32, False, False), ((2, 2), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384, measured fastest here
-    (('float16', 32, False, False), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 32, False, False), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (64, 128], align <= 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 5), (2, 3), (0, 0), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (2, 3), (0, 0), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((3, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (64, 128], align <= 1,
     # tasks > 2048
-    (('float16', 32, False, False), ((3, 5), (2, 3), (0, 0), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (2, 3), (0, 0), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (64, 96], align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 5), (2, 2), (1, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (2, 2), (1, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 32, False, False), ((3, 3), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 3), (2, 2), (1, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (64, 128], align > 1,
     # tasks > 16384
-    (('float16', 32, False, False), ((3, 5), (2, 3), (1, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (2, 3), (1, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 3), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 3), (3, 3), (1, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (96, 128], align > 1,
     # tasks > 2048
-    (('float16', 32, False, False), ((3, 5), (3, 3), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (3, 3), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, False), ((3, 3), (4, 4), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((3, 3), (4, 4), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (128, 256], align any,
     # tasks > 16384
-    (('float16', 32, False, False), ((3, 3), (4, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((3, 3), (4, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((3, 3), (4, 4), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((3, 3), (4, 4), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V > 192, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((3, 5), (5, 6), (0, 0), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (5, 6), (0, 0), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks > 2048
-    (('float16', 32, False, False), ((3, 3), (5, 5), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, False), ((3, 3), (5, 5), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, False), ((3, 5), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (5, 5), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 96, V > 256, align any, tasks > 2048
-    (('float16', 32, False, False), ((3, 5), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 5), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks <= 256
-    (('float16', 32, False, False), ((3, 3), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((3, 3), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks > 256
-    (('float16', 32, False, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((3, 3), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V <= 32, align > 1, tasks > 16384
-    (('float16', 32, False, False), ((4, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 32, False, False), ((4, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 32, False, False), ((4, 5), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, False), ((4, 5), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V > 64, align > 1, tasks > 2048
-    (('float16', 32, False, False), ((4, 5), (2, 6), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((4, 5), (2, 6), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V > 96, align <= 1, tasks > 256
-    (('float16', 32, False, False), ((4, 5), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((4, 5), (3, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V in (96, 128], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 32, False, False), ((4, 4), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((4, 4), (3, 3), (1, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V in (96, 128], align > 1,
     # tasks > 256
-    (('float16', 32, False, False), ((4, 5), (3, 3), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((4, 5), (3, 3), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 128, V > 256, align any, tasks <= 256
-    (('float16', 32, False, False), ((4, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((4, 5), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, False, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((4, 4), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 256, V in (96, 128], align > 1,
     # tasks any
-    (('float16', 32, False, False), ((5, 5), (3, 3), (1, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((5, 5), (3, 3), (1, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=False, K > 256, V > 128, align > 1, tasks > 256
-    (('float16', 32, False, False), ((5, 5), (4, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, False), ((5, 5), (4, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V in (32, 64], align any, tasks any
-    (('float16', 32, False, True), ((0, 0), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((0, 0), (1, 1), (0, 1), (0, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((0, 0), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((0, 0), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 64, V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 32, False, True), ((0, 1), (2, 2), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((0, 1), (2, 2), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((0, 0), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((0, 0), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 64, V in (96, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((0, 1), (3, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((0, 1), (3, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V in (96, 192], align any,
     # tasks > 16384
-    (('float16', 32, False, True), ((0, 0), (3, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, True), ((0, 0), (3, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V > 128, align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((0, 0), (4, 6), (0, 1), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((0, 0), (4, 6), (0, 1), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 32, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V > 256, align any, tasks <= 256
-    (('float16', 32, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V > 256, align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((0, 0), (6, 6), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((0, 0), (6, 6), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K <= 32, V > 256, align any, tasks > 16384
-    (('float16', 32, False, True), ((0, 0), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((0, 0), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (32, 64], align any,
     # tasks <= 2048
-    (('float16', 32, False, True), ((1, 1), (1, 1), (0, 1), (0, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, True), ((1, 1), (1, 1), (0, 1), (0, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 96], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((1, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((1, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((1, 1), (2, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, True), ((1, 1), (2, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 96], V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((1, 2), (2, 2), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((1, 2), (2, 2), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 32, False, True), ((1, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((1, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((1, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((1, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 192, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((1, 1), (5, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((1, 1), (5, 6), (0, 0), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V in (192, 256], align > 1,
     # tasks > 256
-    (('float16', 32, False, True), ((1, 1), (5, 5), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((1, 1), (5, 5), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 256, align any,
     # tasks > 2048
-    (('float16', 32, False, True), ((1, 1), (6, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, False, True), ((1, 1), (6, 6), (0, 1), (2, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_general_tma/157a80'),
+    (("float16", 32, False, True), ((1, 1), (6, 6), (1, 1), (1, 1)), "fold_general_tma/157a80"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V <= 32, align > 1,
     # tasks <= 256
-    (('float16', 32, False, True), ((2, 3), (0, 0), (1, 1), (0, 0)),
-        'fold_general_tma_persistent/c9454c'),
+    (
+        ("float16", 32, False, True),
+        ((2, 3), (0, 0), (1, 1), (0, 0)),
+        "fold_general_tma_persistent/c9454c",
+    ),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 32, False, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((2, 2), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 32, False, True), ((2, 2), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (96, 128], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((2, 2), (3, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, True), ((2, 2), (3, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((2, 2), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/b28384'),
+    (("float16", 32, False, True), ((2, 2), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (96, 128], align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((2, 3), (3, 3), (0, 0), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((2, 3), (3, 3), (0, 0), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (96, 128], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((2, 2), (3, 3), (1, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((2, 2), (3, 3), (1, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 128], V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((2, 3), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((2, 3), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V in (128, 256], align any,
     # tasks > 2048
-    (('float16', 32, False, True), ((2, 2), (4, 5), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((2, 2), (4, 5), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 192, align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((2, 2), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 32, False, True), ((2, 2), (5, 6), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 256, align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((2, 2), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((2, 2), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (64, 96], V > 256, align any,
     # tasks > 2048
-    (('float16', 32, False, True), ((2, 2), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 32, False, True), ((2, 2), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 96, V <= 32, align > 1, tasks > 16384
-    (('float16', 32, False, True), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 32, False, True), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((3, 3), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, False, True), ((3, 3), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (64, 96], align any,
     # tasks > 256
-    (('float16', 32, False, True), ((3, 3), (2, 2), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((3, 3), (2, 2), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 96, V in (96, 128], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((3, 5), (3, 3), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((3, 5), (3, 3), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 32, False, True), ((3, 3), (3, 4), (0, 1), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((3, 3), (3, 4), (0, 1), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 192], align any,
     # tasks > 16384
-    (('float16', 32, False, True), ((3, 3), (3, 4), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((3, 3), (3, 4), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (96, 128], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 32, False, True), ((3, 3), (3, 3), (1, 1), (2, 2)), 'post_vloop_tiled/32839d'),
+    (("float16", 32, False, True), ((3, 3), (3, 3), (1, 1), (2, 2)), "post_vloop_tiled/32839d"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks > 2048
-    (('float16', 32, False, True), ((3, 3), (4, 4), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, False, True), ((3, 3), (4, 4), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 96, V > 192, align any, tasks > 256
-    (('float16', 32, False, True), ((3, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((3, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 128, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 32, False, True), ((4, 5), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((4, 5), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 128, V in (64, 192], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((4, 5), (2, 4), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((4, 5), (2, 4), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 128, V > 64, align any, tasks > 2048
-    (('float16', 32, False, True), ((4, 5), (2, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((4, 5), (2, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 128, V > 96, align any, tasks > 256
-    (('float16', 32, False, True), ((4, 5), (3, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((4, 5), (3, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 128, V in (192, 256], align any,
     # tasks <= 256
-    (('float16', 32, False, True), ((4, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, False, True), ((4, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=False, H1=True, K > 128, V > 256, align any, tasks any
-    (('float16', 32, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V <= 32, align any, tasks <= 256
-    (('float16', 32, True, False), ((0, 0), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("float16", 32, True, False), ((0, 0), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (32, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((0, 0), (1, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((0, 0), (1, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 32, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((0, 0), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((0, 0), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 64, V in (64, 128], align <= 1,
     # tasks > 16384
-    (('float16', 32, True, False), ((0, 1), (2, 3), (0, 0), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((0, 1), (2, 3), (0, 0), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 96, V in (96, 256], align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((0, 2), (3, 5), (0, 0), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((0, 2), (3, 5), (0, 0), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (96, 128], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((0, 0), (3, 3), (1, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((0, 0), (3, 3), (1, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (96, 128], align > 1,
     # tasks > 16384
-    (('float16', 32, True, False), ((0, 0), (3, 3), (1, 1), (3, 3)), 'fold_general_tma/b53f65'),
+    (("float16", 32, True, False), ((0, 0), (3, 3), (1, 1), (3, 3)), "fold_general_tma/b53f65"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (128, 256], align any,
     # tasks in (256, 16384]
-    (('float16', 32, True, False), ((0, 0), (4, 5), (0, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((0, 0), (4, 5), (0, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V in (128, 192], align any,
     # tasks > 16384
-    (('float16', 32, True, False), ((0, 0), (4, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((0, 0), (4, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V > 192, align any, tasks <= 256
-    (('float16', 32, True, False), ((0, 0), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((0, 0), (5, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 128, V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 32, True, False), ((0, 3), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((0, 3), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 64, V > 256, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((0, 1), (6, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((0, 1), (6, 6), (0, 0), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align any, tasks > 2048
-    (('float16', 32, True, False), ((0, 0), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((0, 0), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((0, 0), (6, 6), (1, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 32, True, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks > 256
-    (('float16', 32, True, False), ((1, 1), (2, 2), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((1, 1), (2, 2), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((1, 1), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, True, False), ((1, 1), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 96], V in (96, 256], align > 1,
     # tasks > 2048
-    (('float16', 32, True, False), ((1, 2), (3, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((1, 2), (3, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 96], V in (128, 192], align any,
     # tasks <= 2048
-    (('float16', 32, True, False), ((1, 2), (4, 4), (0, 1), (0, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((1, 2), (4, 4), (0, 1), (0, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 128], V in (128, 256], align any,
     # tasks > 16384
-    (('float16', 32, True, False), ((1, 3), (4, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((1, 3), (4, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 192, align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((1, 1), (5, 6), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, True, False), ((1, 1), (5, 6), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V in (192, 256], align any,
     # tasks > 256
-    (('float16', 32, True, False), ((1, 1), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((1, 1), (5, 5), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align any,
     # tasks > 2048
-    (('float16', 32, True, False), ((1, 1), (6, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((1, 1), (6, 6), (0, 1), (2, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((1, 1), (6, 6), (1, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("float16", 32, True, False), ((2, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((2, 2), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((2, 2), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 64, V in (32, 64], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((2, 5), (1, 1), (0, 0), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((2, 5), (1, 1), (0, 0), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 32, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 128], V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((2, 3), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((2, 3), (1, 1), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 128], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((2, 3), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((2, 3), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((2, 2), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 32, True, False), ((2, 2), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (64, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((2, 2), (2, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((2, 2), (2, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V > 96, align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((2, 2), (3, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((2, 2), (3, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (96, 256], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((2, 2), (3, 5), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((2, 2), (3, 5), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 32, True, False), ((2, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((2, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 64, V > 256, align <= 1, tasks > 256
-    (('float16', 32, True, False), ((2, 5), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((2, 5), (6, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (64, 128], V > 256, align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((2, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((2, 3), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V <= 32, align > 1, tasks > 16384
-    (('float16', 32, True, False), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 32, True, False), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((3, 5), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((3, 5), (1, 1), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (64, 96], align any,
     # tasks > 256
-    (('float16', 32, True, False), ((3, 3), (2, 2), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((3, 3), (2, 2), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((3, 3), (3, 3), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, False), ((3, 3), (3, 3), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V in (96, 128], align any,
     # tasks > 2048
-    (('float16', 32, True, False), ((3, 5), (3, 3), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((3, 5), (3, 3), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((3, 3), (4, 4), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((3, 3), (4, 4), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V in (192, 256], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((3, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((3, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V > 192, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((3, 5), (5, 6), (0, 0), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((3, 5), (5, 6), (0, 0), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks > 2048
-    (('float16', 32, True, False), ((3, 3), (5, 5), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, False), ((3, 3), (5, 5), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V in (192, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, False), ((3, 5), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((3, 5), (5, 5), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 96, V > 256, align any, tasks <= 256
-    (('float16', 32, True, False), ((3, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((3, 5), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V in (32, 64], align any,
     # tasks > 2048
-    (('float16', 32, True, False), ((4, 5), (1, 1), (0, 1), (2, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((4, 5), (1, 1), (0, 1), (2, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (128, 256], V in (32, 64], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, False), ((4, 4), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((4, 4), (1, 1), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V in (64, 128], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((4, 5), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((4, 5), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V > 64, align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, False), ((4, 5), (2, 6), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((4, 5), (2, 6), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V > 96, align <= 1, tasks > 256
-    (('float16', 32, True, False), ((4, 5), (3, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((4, 5), (3, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V in (96, 256], align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((4, 5), (3, 5), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((4, 5), (3, 5), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 32, True, False), ((4, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((4, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 128, V > 256, align > 1, tasks > 16384
-    (('float16', 32, True, False), ((4, 5), (6, 6), (1, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((4, 5), (6, 6), (1, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 256, V in (32, 64], align > 1,
     # tasks > 256
-    (('float16', 32, True, False), ((5, 5), (1, 1), (1, 1), (1, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, False), ((5, 5), (1, 1), (1, 1), (1, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=False, K > 256, V > 256, align > 1, tasks > 256
-    (('float16', 32, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, True), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((0, 0), (1, 3), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((0, 0), (1, 3), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, True), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, True), ((0, 0), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((0, 0), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 64, V in (64, 128], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((0, 1), (2, 3), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((0, 1), (2, 3), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V > 96, align any, tasks <= 256
-    (('float16', 32, True, True), ((0, 0), (3, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((0, 0), (3, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 96, V in (96, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, True), ((0, 2), (3, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((0, 2), (3, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V in (128, 256], align any,
     # tasks in (256, 16384]
-    (('float16', 32, True, True), ((0, 0), (4, 5), (0, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((0, 0), (4, 5), (0, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V in (128, 192], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((0, 0), (4, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, True), ((0, 0), (4, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K <= 32, V > 256, align any, tasks > 256
-    (('float16', 32, True, True), ((0, 0), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((0, 0), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 32, True, True), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, True), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((1, 1), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((1, 1), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (64, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, True), ((1, 2), (2, 5), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((1, 2), (2, 5), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (96, 128], align any,
     # tasks <= 2048
-    (('float16', 32, True, True), ((1, 1), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, True, True), ((1, 1), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (128, 256], align <= 1,
     # tasks <= 256
-    (('float16', 32, True, True), ((1, 2), (4, 5), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((1, 2), (4, 5), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((1, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((1, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 96], V in (128, 256], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((1, 2), (4, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((1, 2), (4, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 32, True, True), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/b28384'),
+    (("float16", 32, True, True), ((1, 1), (4, 4), (1, 1), (0, 0)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V in (192, 256], align any,
     # tasks > 256
-    (('float16', 32, True, True), ((1, 1), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((1, 1), (5, 5), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 32, V in (192, 256], align > 1,
     # tasks <= 256
-    (('float16', 32, True, True), ((1, 5), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((1, 5), (5, 5), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 32, True, True), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (32, 64], V > 256, align any, tasks > 256
-    (('float16', 32, True, True), ((1, 1), (6, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 32, True, True), ((1, 1), (6, 6), (0, 1), (1, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V in (32, 64], align <= 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((2, 5), (1, 1), (0, 0), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((2, 5), (1, 1), (0, 0), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 32, True, True), ((2, 2), (1, 1), (1, 1), (1, 1)), 'fold_general_tma/b53f65'),
+    (("float16", 32, True, True), ((2, 2), (1, 1), (1, 1), (1, 1)), "fold_general_tma/b53f65"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((2, 3), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((2, 3), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 32, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V > 96, align any, tasks <= 256
-    (('float16', 32, True, True), ((2, 2), (3, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((2, 2), (3, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((2, 2), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/b28384'),
+    (("float16", 32, True, True), ((2, 2), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (64, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((2, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((2, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V > 192, align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((2, 5), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((2, 5), (5, 6), (0, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 64, V > 256, align any, tasks > 2048
-    (('float16', 32, True, True), ((2, 5), (6, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((2, 5), (6, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V <= 32, align > 1, tasks > 16384
-    (('float16', 32, True, True), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 32, True, True), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, True), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V in (32, 64], align > 1,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((3, 5), (1, 1), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((3, 5), (1, 1), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 32, True, True), ((3, 5), (2, 2), (0, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((3, 5), (2, 2), (0, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 32, True, True), ((3, 3), (2, 2), (0, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((3, 3), (2, 2), (0, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (96, 128], align any,
     # tasks <= 2048
-    (('float16', 32, True, True), ((3, 3), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("float16", 32, True, True), ((3, 3), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (96, 192], align any,
     # tasks > 2048
-    (('float16', 32, True, True), ((3, 3), (3, 4), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 32, True, True), ((3, 3), (3, 4), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 32, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/b28384'),
+    (("float16", 32, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V in (192, 256], align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((3, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((3, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V > 192, align any, tasks > 2048
-    (('float16', 32, True, True), ((3, 5), (5, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((3, 5), (5, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 96, V > 256, align any, tasks any
-    (('float16', 32, True, True), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 128, V in (32, 64], align any, tasks any
-    (('float16', 32, True, True), ((4, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((4, 5), (1, 1), (0, 1), (0, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 128, V in (96, 128], align any, tasks any
-    (('float16', 32, True, True), ((4, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((4, 5), (3, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 128, V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 32, True, True), ((4, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 32, True, True), ((4, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=32, big_scale=True, H1=True, K > 128, V > 128, align any, tasks > 256
-    (('float16', 32, True, True), ((4, 5), (4, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 32, True, True), ((4, 5), (4, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V <= 32, align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (0, 0), (1, 1), (2, 2)), 'post_general_tma/acae45'),
+    (("float16", 64, False, False), ((0, 0), (0, 0), (1, 1), (2, 2)), "post_general_tma/acae45"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (1, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 0), (1, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 96, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((0, 2), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 2), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 96, V in (64, 256], align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((0, 2), (2, 5), (0, 0), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 2), (2, 5), (0, 0), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V in (64, 128], align <= 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 1), (2, 3), (0, 0), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 1), (2, 3), (0, 0), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (64, 96], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((0, 0), (2, 2), (1, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 0), (2, 2), (1, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V > 96, align <= 1,
     # tasks in (256, 16384]
-    (('float16', 64, False, False), ((0, 1), (3, 6), (0, 0), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 1), (3, 6), (0, 0), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (96, 128], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((0, 0), (3, 3), (1, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 0), (3, 3), (1, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 96, V in (96, 192], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((0, 2), (3, 4), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 2), (3, 4), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 96, V in (96, 128], align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 2), (3, 3), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 2), (3, 3), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 0), (4, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 64, False, False), ((0, 0), (4, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/b28384'),
+    (("float16", 64, False, False), ((0, 0), (4, 4), (1, 1), (0, 0)), "fold_general_tiled/b28384"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 128, V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((0, 3), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 3), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((0, 0), (5, 5), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V in (192, 256], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/7fda40'),
+    (("float16", 64, False, False), ((0, 0), (5, 5), (1, 1), (2, 2)), "fold_vloop_tiled/7fda40"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align any, tasks <= 256
-    (('float16', 64, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V > 256, align any, tasks > 16384
-    (('float16', 64, False, False), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 32, V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((0, 0), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K <= 64, V > 256, align > 1, tasks > 2048
-    (('float16', 64, False, False), ((0, 1), (6, 6), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((0, 1), (6, 6), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 64, False, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 64, False, False), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((1, 1), (2, 2), (0, 1), (1, 1)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 1), (2, 2), (0, 1), (1, 1)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 96], V in (64, 192], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((1, 2), (2, 4), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 2), (2, 4), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 64, align > 1,
     # tasks > 16384
-    (('float16', 64, False, False), ((1, 1), (2, 6), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 1), (2, 6), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (96, 256], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((1, 1), (3, 5), (1, 1), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 1), (3, 5), (1, 1), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 128], V in (128, 256], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((1, 3), (4, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 3), (4, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V in (192, 256], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((1, 1), (5, 5), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 1), (5, 5), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((1, 1), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((1, 1), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((1, 1), (6, 6), (1, 1), (0, 0)), 'fold_general_tma/157a80'),
+    (("float16", 64, False, False), ((1, 1), (6, 6), (1, 1), (0, 0)), "fold_general_tma/157a80"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((1, 1), (6, 6), (1, 1), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V <= 32, align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 3), (0, 0), (0, 0), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, False, False), ((2, 3), (0, 0), (0, 0), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V <= 32, align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 2), (0, 0), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, False, False), ((2, 2), (0, 0), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V <= 32, align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 3), (0, 0), (1, 1), (0, 0)),
-        'fold_general_tma_persistent/c9454c'),
+    (
+        ("float16", 64, False, False),
+        ((2, 3), (0, 0), (1, 1), (0, 0)),
+        "fold_general_tma_persistent/c9454c",
+    ),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks <= 2048
-    (('float16', 64, False, False), ((2, 2), (2, 2), (0, 1), (0, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 2), (2, 2), (0, 1), (0, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((2, 2), (2, 2), (0, 1), (3, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 2), (2, 2), (0, 1), (3, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 96, align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((2, 2), (3, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((2, 2), (3, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 2), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 2), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 64, False, False), ((2, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((2, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((2, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 128], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((2, 3), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 3), (5, 5), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V in (192, 256], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((2, 2), (5, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((2, 2), (5, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align <= 1,
     # tasks > 256
-    (('float16', 64, False, False), ((2, 2), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 2), (6, 6), (0, 0), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 2), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (64, 96], V > 256, align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((2, 2), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, False), ((2, 2), (6, 6), (1, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V <= 32, align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((3, 3), (0, 0), (0, 1), (1, 1)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 64, False, False), ((3, 3), (0, 0), (0, 1), (1, 1)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V <= 32, align > 1, tasks > 16384
-    (('float16', 64, False, False), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 64, False, False), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((3, 3), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, False, False), ((3, 3), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V in (64, 96], align <= 1,
     # tasks > 256
-    (('float16', 64, False, False), ((3, 5), (2, 2), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((3, 5), (2, 2), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (64, 256], align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, False, False), ((3, 3), (2, 5), (1, 1), (1, 1)), 'fold_general_tma/cf5579'),
+    (("float16", 64, False, False), ((3, 3), (2, 5), (1, 1), (1, 1)), "fold_general_tma/cf5579"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V in (64, 128], align > 1,
     # tasks > 2048
-    (('float16', 64, False, False), ((3, 5), (2, 3), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((3, 5), (2, 3), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V in (96, 128], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((3, 5), (3, 3), (0, 0), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((3, 5), (3, 3), (0, 0), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 64, False, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V in (96, 128], align any,
     # tasks > 2048
-    (('float16', 64, False, False), ((3, 5), (3, 3), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((3, 5), (3, 3), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (96, 128], align > 1,
     # tasks any
-    (('float16', 64, False, False), ((3, 3), (3, 3), (1, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((3, 3), (3, 3), (1, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V in (128, 256], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((3, 5), (4, 5), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((3, 5), (4, 5), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, False, False), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((3, 3), (4, 5), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, False, False), ((3, 3), (4, 5), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (96, 128], V in (128, 256], align > 1,
     # tasks <= 2048
-    (('float16', 64, False, False), ((3, 3), (4, 5), (1, 1), (0, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((3, 3), (4, 5), (1, 1), (0, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 96, V > 256, align any, tasks any
-    (('float16', 64, False, False), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 64, False, False), ((4, 4), (1, 1), (0, 1), (0, 0)), 'fold_vloop2_tiled/3e7eb9'),
+    (("float16", 64, False, False), ((4, 4), (1, 1), (0, 1), (0, 0)), "fold_vloop2_tiled/3e7eb9"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, False), ((4, 5), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((4, 5), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 128], align <= 1,
     # tasks any
-    (('float16', 64, False, False), ((4, 5), (2, 3), (0, 0), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 5), (2, 3), (0, 0), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (64, 96], align > 1, tasks any
-    (('float16', 64, False, False), ((4, 5), (2, 2), (1, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 5), (2, 2), (1, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (96, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, False), ((4, 4), (3, 4), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((4, 4), (3, 4), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (96, 128], align > 1,
     # tasks > 256
-    (('float16', 64, False, False), ((4, 5), (3, 3), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 5), (3, 3), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, False), ((4, 5), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((4, 5), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V > 128, align <= 1, tasks > 2048
-    (('float16', 64, False, False), ((4, 5), (4, 6), (0, 0), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 5), (4, 6), (0, 0), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K in (128, 256], V in (128, 192], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, False, False), ((4, 4), (4, 4), (1, 1), (2, 2)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 4), (4, 4), (1, 1), (2, 2)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V > 128, align > 1, tasks > 16384
-    (('float16', 64, False, False), ((4, 5), (4, 6), (1, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 5), (4, 6), (1, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V > 192, align any, tasks > 256
-    (('float16', 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((4, 5), (5, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 128, V in (192, 256], align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((4, 5), (5, 5), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((4, 5), (5, 5), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 64, False, False), ((5, 5), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((5, 5), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V in (96, 128], align > 1,
     # tasks any
-    (('float16', 64, False, False), ((5, 5), (3, 3), (1, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((5, 5), (3, 3), (1, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V in (128, 256], align > 1,
     # tasks <= 256
-    (('float16', 64, False, False), ((5, 5), (4, 5), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, False), ((5, 5), (4, 5), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=False, K > 256, V > 128, align > 1, tasks > 2048
-    (('float16', 64, False, False), ((5, 5), (4, 6), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, False), ((5, 5), (4, 6), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V <= 32, align > 1,
     # tasks in (2048, 16384]
-    (('float16', 64, False, True), ((0, 0), (0, 0), (1, 1), (2, 2)), 'post_general_tma/acae45'),
+    (("float16", 64, False, True), ((0, 0), (0, 0), (1, 1), (2, 2)), "post_general_tma/acae45"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 64, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 64, False, True), ((0, 1), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((0, 1), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 64, V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((0, 1), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((0, 1), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 96, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, True), ((0, 2), (2, 2), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((0, 2), (2, 2), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 64, V in (64, 128], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((0, 1), (2, 3), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((0, 1), (2, 3), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V > 96, align any,
     # tasks in (256, 16384]
-    (('float16', 64, False, True), ((0, 0), (3, 6), (0, 1), (1, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((0, 0), (3, 6), (0, 1), (1, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V in (128, 192], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((0, 0), (4, 4), (0, 1), (3, 3)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 64, False, True), ((0, 0), (4, 4), (0, 1), (3, 3)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 96, V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((0, 2), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 32, V > 256, align any, tasks <= 256
-    (('float16', 64, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((0, 0), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K <= 64, V > 256, align any, tasks > 16384
-    (('float16', 64, False, True), ((0, 1), (6, 6), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((0, 1), (6, 6), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (32, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((1, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 64, False, True), ((1, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 96, align any,
     # tasks > 2048
-    (('float16', 64, False, True), ((1, 1), (3, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((1, 1), (3, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 128, align any,
     # tasks > 256
-    (('float16', 64, False, True), ((1, 1), (4, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((1, 1), (4, 6), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (32, 64], V > 256, align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, True), ((1, 1), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 256], V <= 32, align > 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 4), (0, 0), (1, 1), (0, 0)),
-        'fold_general_tma_persistent/c9454c'),
+    (
+        ("float16", 64, False, True),
+        ((2, 4), (0, 0), (1, 1), (0, 0)),
+        "fold_general_tma_persistent/c9454c",
+    ),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (32, 64], align <= 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 3), (1, 1), (0, 0), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((2, 3), (1, 1), (0, 0), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 64, V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((2, 5), (1, 1), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((2, 5), (1, 1), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 2048
-    (('float16', 64, False, True), ((2, 2), (1, 1), (0, 1), (2, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((2, 2), (1, 1), (0, 1), (2, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (32, 64], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/32839d'),
+    (("float16", 64, False, True), ((2, 2), (1, 1), (1, 1), (0, 0)), "fold_vloop_tiled/32839d"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, True), ((2, 2), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((2, 2), (2, 2), (0, 1), (3, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, True), ((2, 2), (2, 2), (0, 1), (3, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (96, 128], align any,
     # tasks <= 2048
-    (('float16', 64, False, True), ((2, 3), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("float16", 64, False, True), ((2, 3), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V in (96, 192], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, True), ((2, 3), (3, 4), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((2, 3), (3, 4), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((2, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((2, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 64, V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((2, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 16384]
-    (('float16', 64, False, True), ((2, 2), (4, 4), (0, 1), (1, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((2, 2), (4, 4), (0, 1), (1, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V in (192, 256], align any,
     # tasks > 256
-    (('float16', 64, False, True), ((2, 2), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((2, 2), (5, 5), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 128], V > 256, align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((2, 3), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((2, 3), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (64, 96], V > 256, align any,
     # tasks > 256
-    (('float16', 64, False, True), ((2, 2), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, True), ((2, 2), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V <= 32, align <= 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((3, 3), (0, 0), (0, 0), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, False, True), ((3, 3), (0, 0), (0, 0), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V <= 32, align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((3, 3), (0, 0), (0, 1), (1, 1)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 64, False, True), ((3, 3), (0, 0), (0, 1), (1, 1)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V <= 32, align > 1, tasks > 16384
-    (('float16', 64, False, True), ((3, 5), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 64, False, True), ((3, 5), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((3, 3), (1, 1), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (32, 64], align > 1,
     # tasks <= 256
-    (('float16', 64, False, True), ((3, 3), (1, 1), (1, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((3, 3), (1, 1), (1, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('float16', 64, False, True), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, False, True), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V in (64, 96], align <= 1,
     # tasks > 256
-    (('float16', 64, False, True), ((3, 5), (2, 2), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, True), ((3, 5), (2, 2), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (64, 128], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((3, 3), (2, 3), (1, 1), (1, 1)), 'fold_general_tma/cf5579'),
+    (("float16", 64, False, True), ((3, 3), (2, 3), (1, 1), (1, 1)), "fold_general_tma/cf5579"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V in (64, 96], align > 1,
     # tasks > 2048
-    (('float16', 64, False, True), ((3, 5), (2, 2), (1, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, True), ((3, 5), (2, 2), (1, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 64, False, True), ((3, 3), (3, 5), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((3, 3), (3, 5), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, False, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('float16', 64, False, True), ((3, 3), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, False, True), ((3, 3), (5, 5), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K in (96, 128], V in (192, 256], align any,
     # tasks > 2048
-    (('float16', 64, False, True), ((3, 3), (5, 5), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, False, True), ((3, 3), (5, 5), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 96, V > 256, align any, tasks > 256
-    (('float16', 64, False, True), ((3, 5), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, True), ((3, 5), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 64, False, True), ((4, 5), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, False, True), ((4, 5), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V in (64, 128], align any, tasks any
-    (('float16', 64, False, True), ((4, 5), (2, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, True), ((4, 5), (2, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V > 128, align any, tasks > 256
-    (('float16', 64, False, True), ((4, 5), (4, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, True), ((4, 5), (4, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=False, H1=True, K > 128, V > 256, align any, tasks any
-    (('float16', 64, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, False, True), ((4, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((0, 1), (1, 1), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 1), (1, 1), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V in (32, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((0, 0), (1, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 0), (1, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K any, V in (32, 64], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, True, False), ((0, 5), (1, 1), (0, 1), (2, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 5), (1, 1), (0, 1), (2, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 96, V in (64, 256], align <= 1,
     # tasks in (2048, 16384]
-    (('float16', 64, True, False), ((0, 2), (2, 5), (0, 0), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 2), (2, 5), (0, 0), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V > 64, align <= 1, tasks > 16384
-    (('float16', 64, True, False), ((0, 1), (2, 6), (0, 0), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 1), (2, 6), (0, 0), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 96, V in (64, 128], align > 1,
     # tasks in (2048, 16384]
-    (('float16', 64, True, False), ((0, 2), (2, 3), (1, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 2), (2, 3), (1, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V in (64, 256], align > 1,
     # tasks > 16384
-    (('float16', 64, True, False), ((0, 1), (2, 5), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 1), (2, 5), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V in (96, 256], align <= 1,
     # tasks > 256
-    (('float16', 64, True, False), ((0, 1), (3, 5), (0, 0), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 1), (3, 5), (0, 0), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V in (96, 192], align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((0, 1), (3, 4), (1, 1), (1, 1)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 1), (3, 4), (1, 1), (1, 1)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V in (128, 256], align > 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((0, 0), (4, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 0), (4, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K any, V in (192, 256], align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((0, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 192, align > 1,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((0, 0), (5, 6), (1, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, False), ((0, 0), (5, 6), (1, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 96, V > 256, align <= 1, tasks <= 256
-    (('float16', 64, True, False), ((0, 2), (6, 6), (0, 0), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 2), (6, 6), (0, 0), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align <= 1,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((0, 0), (6, 6), (0, 0), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 64, True, False), ((0, 0), (6, 6), (0, 0), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 64, V > 256, align <= 1, tasks > 2048
-    (('float16', 64, True, False), ((0, 1), (6, 6), (0, 0), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((0, 1), (6, 6), (0, 0), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks <= 256
-    (('float16', 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((0, 0), (6, 6), (1, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K <= 32, V > 256, align > 1, tasks > 2048
-    (('float16', 64, True, False), ((0, 0), (6, 6), (1, 1), (2, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, False), ((0, 0), (6, 6), (1, 1), (2, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V <= 32, align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 1), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/65b6dd'),
+    (("float16", 64, True, False), ((1, 1), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/65b6dd"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (32, 64], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((1, 1), (1, 1), (0, 1), (1, 1)), 'fold_vloop_tiled/38dcd1'),
+    (("float16", 64, True, False), ((1, 1), (1, 1), (0, 1), (1, 1)), "fold_vloop_tiled/38dcd1"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((1, 1), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((1, 1), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (96, 192], align <= 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 1), (3, 4), (0, 0), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, False), ((1, 1), (3, 4), (0, 0), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (96, 128], align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 1), (3, 3), (1, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, False), ((1, 1), (3, 3), (1, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, False), ((1, 1), (4, 4), (1, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V in (128, 192], align > 1,
     # tasks in (2048, 16384], measured fastest here
-    (('float16', 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((1, 1), (4, 4), (1, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 192, align > 1,
     # tasks > 256
-    (('float16', 64, True, False), ((1, 1), (5, 6), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((1, 1), (5, 6), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 256, align any,
     # tasks > 256
-    (('float16', 64, True, False), ((1, 1), (6, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((1, 1), (6, 6), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (32, 64], V > 256, align > 1,
     # tasks <= 256
-    (('float16', 64, True, False), ((1, 1), (6, 6), (1, 1), (0, 0)), 'fold_general_tma/157a80'),
+    (("float16", 64, True, False), ((1, 1), (6, 6), (1, 1), (0, 0)), "fold_general_tma/157a80"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 128], V <= 32, align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((2, 3), (0, 0), (0, 1), (0, 0)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, True, False), ((2, 3), (0, 0), (0, 1), (0, 0)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((2, 2), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((2, 2), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 64, V in (32, 64], align any,
     # tasks in (256, 16384]
-    (('float16', 64, True, False), ((2, 5), (1, 1), (0, 1), (1, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((2, 5), (1, 1), (0, 1), (1, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V > 64, align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((2, 2), (2, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((2, 2), (2, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (64, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((2, 2), (2, 3), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, False), ((2, 2), (2, 3), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((2, 2), (2, 2), (0, 1), (3, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, False), ((2, 2), (2, 2), (0, 1), (3, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((2, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((2, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((2, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((2, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V in (128, 256], align > 1,
     # tasks > 2048
-    (('float16', 64, True, False), ((2, 2), (4, 5), (1, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((2, 2), (4, 5), (1, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 128], V in (192, 256], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((2, 3), (5, 5), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, False), ((2, 3), (5, 5), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (64, 96], V > 256, align any,
     # tasks > 256
-    (('float16', 64, True, False), ((2, 2), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, False), ((2, 2), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384
-    (('float16', 64, True, False), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 64, True, False), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 64, True, False), ((3, 5), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((3, 5), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, False), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V in (64, 96], align any, tasks > 256
-    (('float16', 64, True, False), ((3, 5), (2, 2), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((3, 5), (2, 2), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (96, 128], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, False), ((3, 3), (3, 3), (0, 1), (1, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (96, 256], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, True, False), ((3, 3), (3, 5), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((3, 3), (3, 5), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V in (96, 128], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((3, 5), (3, 3), (0, 1), (3, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((3, 5), (3, 3), (0, 1), (3, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 64, True, False), ((3, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((3, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, True, False), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (128, 192], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((3, 3), (4, 4), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((3, 3), (4, 4), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V in (192, 256], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((3, 3), (5, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, False), ((3, 3), (5, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V > 256, align any, tasks <= 256
-    (('float16', 64, True, False), ((3, 5), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((3, 5), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 96, V > 256, align <= 1, tasks > 256
-    (('float16', 64, True, False), ((3, 5), (6, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((3, 5), (6, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (96, 128], V > 256, align > 1,
     # tasks > 256
-    (('float16', 64, True, False), ((3, 3), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((3, 3), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, True, False), ((4, 5), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((4, 5), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V in (64, 128], align any, tasks any
-    (('float16', 64, True, False), ((4, 5), (2, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((4, 5), (2, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, False), ((4, 5), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, False), ((4, 5), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V > 128, align any, tasks > 2048
-    (('float16', 64, True, False), ((4, 5), (4, 6), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((4, 5), (4, 6), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V > 192, align <= 1, tasks > 256
-    (('float16', 64, True, False), ((4, 5), (5, 6), (0, 0), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((4, 5), (5, 6), (0, 0), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 128, V in (192, 256], align > 1,
     # tasks > 256
-    (('float16', 64, True, False), ((4, 5), (5, 5), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((4, 5), (5, 5), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K in (128, 256], V > 256, align > 1,
     # tasks in (256, 2048], measured fastest here
-    (('float16', 64, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((4, 4), (6, 6), (1, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=False, K > 256, V > 256, align > 1, tasks > 256
-    (('float16', 64, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, False), ((5, 5), (6, 6), (1, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 64, V in (32, 64], align any,
     # tasks <= 16384
-    (('float16', 64, True, True), ((0, 1), (1, 1), (0, 1), (0, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((0, 1), (1, 1), (0, 1), (0, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((0, 0), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 64, V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, True), ((0, 1), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((0, 1), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 96, V in (64, 96], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, True, True), ((0, 2), (2, 2), (0, 1), (2, 2)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((0, 2), (2, 2), (0, 1), (2, 2)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 64, V > 64, align <= 1, tasks > 16384
-    (('float16', 64, True, True), ((0, 1), (2, 6), (0, 0), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((0, 1), (2, 6), (0, 0), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 64, V in (64, 128], align > 1,
     # tasks > 16384
-    (('float16', 64, True, True), ((0, 1), (2, 3), (1, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((0, 1), (2, 3), (1, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V > 96, align <= 1, tasks > 256
-    (('float16', 64, True, True), ((0, 0), (3, 6), (0, 0), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((0, 0), (3, 6), (0, 0), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V in (96, 128], align > 1,
     # tasks > 256
-    (('float16', 64, True, True), ((0, 0), (3, 3), (1, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((0, 0), (3, 3), (1, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V > 128, align any, tasks <= 256
-    (('float16', 64, True, True), ((0, 0), (4, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((0, 0), (4, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V in (128, 192], align > 1,
     # tasks > 256
-    (('float16', 64, True, True), ((0, 0), (4, 4), (1, 1), (1, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((0, 0), (4, 4), (1, 1), (1, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K <= 32, V > 192, align > 1, tasks > 256
-    (('float16', 64, True, True), ((0, 0), (5, 6), (1, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, True), ((0, 0), (5, 6), (1, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 64], V in (64, 96], align > 1,
     # tasks <= 256, measured fastest here
-    (('float16', 64, True, True), ((1, 1), (2, 2), (1, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, True), ((1, 1), (2, 2), (1, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 128], V in (96, 128], align any,
     # tasks <= 2048
-    (('float16', 64, True, True), ((1, 3), (3, 3), (0, 1), (0, 1)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, True), ((1, 3), (3, 3), (0, 1), (0, 1)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 64], V > 96, align any, tasks > 2048
-    (('float16', 64, True, True), ((1, 1), (3, 6), (0, 1), (2, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((1, 1), (3, 6), (0, 1), (2, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 64], V in (128, 192], align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((1, 1), (4, 4), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, True), ((1, 1), (4, 4), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 64], V > 128, align any, tasks > 256
-    (('float16', 64, True, True), ((1, 1), (4, 6), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((1, 1), (4, 6), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 32, V in (192, 256], align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((1, 5), (5, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((1, 5), (5, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (32, 96], V > 256, align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((1, 2), (6, 6), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((1, 2), (6, 6), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 128], V <= 32, align > 1,
     # tasks <= 256
-    (('float16', 64, True, True), ((2, 3), (0, 0), (1, 1), (0, 0)),
-        'fold_general_tma_persistent/c9454c'),
+    (
+        ("float16", 64, True, True),
+        ((2, 3), (0, 0), (1, 1), (0, 0)),
+        "fold_general_tma_persistent/c9454c",
+    ),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 128], V in (32, 64], align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((2, 3), (1, 1), (0, 1), (0, 0)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((2, 3), (1, 1), (0, 1), (0, 0)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 64, V in (32, 64], align any,
     # tasks in (256, 16384]
-    (('float16', 64, True, True), ((2, 5), (1, 1), (0, 1), (1, 2)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((2, 5), (1, 1), (0, 1), (1, 2)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (32, 64], align any,
     # tasks > 16384
-    (('float16', 64, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((2, 2), (1, 1), (0, 1), (3, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((2, 2), (2, 2), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((2, 2), (2, 2), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 128], V in (64, 96], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, True), ((2, 3), (2, 2), (0, 1), (1, 1)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (64, 96], align any,
     # tasks > 16384
-    (('float16', 64, True, True), ((2, 2), (2, 2), (0, 1), (3, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, True), ((2, 2), (2, 2), (0, 1), (3, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 128], V in (96, 192], align any,
     # tasks in (2048, 16384]
-    (('float16', 64, True, True), ((2, 3), (3, 4), (0, 1), (2, 2)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((2, 3), (3, 4), (0, 1), (2, 2)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 64, True, True), ((2, 2), (3, 5), (0, 1), (3, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((2, 2), (3, 5), (0, 1), (3, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 64, V in (128, 256], align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((2, 5), (4, 5), (0, 1), (0, 0)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((2, 5), (4, 5), (0, 1), (0, 0)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, True), ((2, 2), (4, 4), (0, 1), (1, 1)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((2, 2), (4, 4), (0, 1), (1, 1)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V in (192, 256], align any,
     # tasks > 256
-    (('float16', 64, True, True), ((2, 2), (5, 5), (0, 1), (1, 3)), 'fold_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((2, 2), (5, 5), (0, 1), (1, 3)), "fold_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (64, 96], V > 256, align any, tasks > 256
-    (('float16', 64, True, True), ((2, 2), (6, 6), (0, 1), (1, 3)), 'fold_general_tiled/44e993'),
+    (("float16", 64, True, True), ((2, 2), (6, 6), (0, 1), (1, 3)), "fold_general_tiled/44e993"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (96, 128], V <= 32, align > 1,
     # tasks > 16384
-    (('float16', 64, True, True), ((3, 3), (0, 0), (1, 1), (3, 3)), 'post_general_tma/22e366'),
+    (("float16", 64, True, True), ((3, 3), (0, 0), (1, 1), (3, 3)), "post_general_tma/22e366"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (96, 128], V in (64, 128], align any,
     # tasks <= 256
-    (('float16', 64, True, True), ((3, 3), (2, 3), (0, 1), (0, 0)), 'fold_general_tiled/904265'),
+    (("float16", 64, True, True), ((3, 3), (2, 3), (0, 1), (0, 0)), "fold_general_tiled/904265"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 96, V in (64, 96], align any, tasks > 2048
-    (('float16', 64, True, True), ((3, 5), (2, 2), (0, 1), (2, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, True), ((3, 5), (2, 2), (0, 1), (2, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (96, 128], V in (96, 256], align any,
     # tasks > 16384
-    (('float16', 64, True, True), ((3, 3), (3, 5), (0, 1), (3, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((3, 3), (3, 5), (0, 1), (3, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (96, 128], V in (128, 192], align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), 'fold_vloop_tiled/72431e'),
+    (("float16", 64, True, True), ((3, 3), (4, 4), (0, 1), (1, 1)), "fold_vloop_tiled/72431e"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 96, V > 192, align any,
     # tasks in (256, 2048]
-    (('float16', 64, True, True), ((3, 5), (5, 6), (0, 1), (1, 1)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, True), ((3, 5), (5, 6), (0, 1), (1, 1)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K in (96, 128], V in (192, 256], align any,
     # tasks > 2048
-    (('float16', 64, True, True), ((3, 3), (5, 5), (0, 1), (2, 3)), 'post_vloop_tiled/2227e3'),
+    (("float16", 64, True, True), ((3, 3), (5, 5), (0, 1), (2, 3)), "post_vloop_tiled/2227e3"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 96, V > 256, align any, tasks any
-    (('float16', 64, True, True), ((3, 5), (6, 6), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, True), ((3, 5), (6, 6), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 128, V in (32, 64], align any, tasks any
-    (('float16', 64, True, True), ((4, 5), (1, 1), (0, 1), (0, 3)), 'fold_general_tiled/677898'),
+    (("float16", 64, True, True), ((4, 5), (1, 1), (0, 1), (0, 3)), "fold_general_tiled/677898"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 128, V > 64, align any, tasks > 256
-    (('float16', 64, True, True), ((4, 5), (2, 6), (0, 1), (1, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, True), ((4, 5), (2, 6), (0, 1), (1, 3)), "fold_general_tiled/8582c4"),
     # dtype=float16, BT=64, big_scale=True, H1=True, K > 128, V in (96, 128], align any, tasks any
-    (('float16', 64, True, True), ((4, 5), (3, 3), (0, 1), (0, 3)), 'fold_general_tiled/8582c4'),
+    (("float16", 64, True, True), ((4, 5), (3, 3), (0, 1), (0, 3)), "fold_general_tiled/8582c4"),
 )

@@ -22,6 +22,7 @@ states and qk_dot come contiguous out of their own ops (segsum's and mamba3_mimo
 q_bias, k_bias, mimo_v, mimo_o, mimo_z and d are parameters of a few kB, so a copy of a strided
 one is cheap.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -43,21 +44,18 @@ _DTYPE_NAMES = {
 
 # (device type, substring of the driver's device name, table module)
 _CHIPS = (
-    ('npu', ('Ascend910B1',), 'ascend910b1'),
-    ('npu', ('Ascend910B2',), 'ascend910b2'),
-    ('npu', ('Ascend910B3',), 'ascend910b3'),
-    ('npu', ('Ascend910B4',), 'ascend910b4'),
-    ('npu', ('Ascend910_93',), 'ascend910_93'),
-    ('npu', ('Ascend950',), 'ascend950'),
-    ('cuda', ('H100',), 'h100'),
-    ('cuda', ('H200',), 'h200'),
+    ("npu", ("Ascend910B1",), "ascend910b1"),
+    ("npu", ("Ascend910B2",), "ascend910b2"),
+    ("npu", ("Ascend910B3",), "ascend910b3"),
+    ("npu", ("Ascend910B4",), "ascend910b4"),
+    ("npu", ("Ascend910_93",), "ascend910_93"),
+    ("npu", ("Ascend950",), "ascend950"),
+    ("cuda", ("H100",), "h100"),
+    ("cuda", ("H200",), "h200"),
 )
 
 # variant name -> options, in axis order ('ALGO',)
-_VARIANTS = {
-    'blocked': ('blocked',),
-    'serial': ('serial',),
-}
+_VARIANTS = {"blocked": ("blocked",), "serial": ("serial",)}
 
 _TABLE_CACHE: dict = {}
 _CHOICE_CACHE: dict = {}
@@ -101,12 +99,16 @@ def _tensor(name, x, dims, dtypes):
     if not isinstance(x, torch.Tensor):
         raise _error(TypeError, f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided or x.is_nested:
-        raise _error(TypeError,
+        raise _error(
+            TypeError,
             f"{name} must be a dense tensor (the kernels index memory through strides), got "
-            f"{'a nested tensor' if x.is_nested else x.layout}: pass {name}.to_dense()")
+            f"{'a nested tensor' if x.is_nested else x.layout}: pass {name}.to_dense()",
+        )
     if x.dim() != len(dims):
-        raise _error(ValueError,
-            f"{name} must have {len(dims)} dims [{', '.join(dims)}], got shape {tuple(x.shape)}")
+        raise _error(
+            ValueError,
+            f"{name} must have {len(dims)} dims [{', '.join(dims)}], got shape {tuple(x.shape)}",
+        )
     dtype = _DTYPE_NAMES.get(x.dtype)
     if dtype not in dtypes:
         raise _error(TypeError, f"{name}.dtype must be one of {', '.join(dtypes)}, got {x.dtype}")
@@ -118,16 +120,19 @@ def _no_grad(*named):
     outputs would carry no gradient back to it."""
     for name, x in named:
         if x is not None and x.requires_grad:
-            raise _error(NotImplementedError,
+            raise _error(
+                NotImplementedError,
                 f"{name} requires grad, but the op has no backward (its outputs "
-                f"would carry no gradient to {name}): call it under torch.no_grad() or on "
-                f"{name}.detach()")
+                f"would carry no gradient to {name}): call it under torch.no_grad() or on {name}.detach()",
+            )
 
 
 def _dim(name, x, axis, symbol, expected, origin):
     if x.shape[axis] != expected:
-        raise _error(ValueError,
-            f"{name}.shape[{axis}] must be {symbol} = {expected} ({origin}), got {x.shape[axis]}")
+        raise _error(
+            ValueError,
+            f"{name}.shape[{axis}] must be {symbol} = {expected} ({origin}), got {x.shape[axis]}",
+        )
 
 
 def _int(name, x, choices):
@@ -143,8 +148,10 @@ def _dtype(name, x, choices):
         raise _error(TypeError, f"{name} must be a torch.dtype, got {type(x).__name__} {x!r}")
     dtype = _DTYPE_NAMES.get(x)
     if dtype is None or (choices is not None and dtype not in choices):
-        raise _error(ValueError,
-            f"{name} must be one of {', '.join(choices or _DTYPE_NAMES.values())}, got {x}")
+        raise _error(
+            ValueError,
+            f"{name} must be one of {', '.join(choices or _DTYPE_NAMES.values())}, got {x}",
+        )
     return dtype
 
 
@@ -156,8 +163,10 @@ def _table(device):
         return table
     if device.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise _error(NotImplementedError,
-                "CPU tensors run only under the Triton interpreter (set TRITON_INTERPRET=1)")
+            raise _error(
+                NotImplementedError,
+                "CPU tensors run only under the Triton interpreter (set TRITON_INTERPRET=1)",
+            )
         from .. import _interpreter
 
         _interpreter.patch_bf16()  # the interpreter computes on bf16 bits, not values, without it
@@ -165,15 +174,24 @@ def _table(device):
     elif device.type in ("cuda", "npu"):
         backend = getattr(torch, device.type, None)
         if backend is None:
-            raise _error(NotImplementedError,
-                f"torch has no {device.type!r} backend (for npu, import torch_npu first)")
+            raise _error(
+                NotImplementedError,
+                f"torch has no {device.type!r} backend (for npu, import torch_npu first)",
+            )
         device_name = backend.get_device_name(device)
-        name = (next((t for kind, subs, t in _CHIPS if kind == device.type and any(s in device_name
-            for s in subs)), None))
+        name = next(
+            (
+                t
+                for kind, subs, t in _CHIPS
+                if kind == device.type and any(s in device_name for s in subs)
+            ),
+            None,
+        )
         if name is None:
-            raise _error(NotImplementedError,
-                f"no dispatch table for device {device_name!r}; tables: "
-                f"{', '.join(t for _, _, t in _CHIPS)}")
+            raise _error(
+                NotImplementedError,
+                f"no dispatch table for device {device_name!r}; tables: {', '.join(t for _, _, t in _CHIPS)}",
+            )
     else:
         raise _error(NotImplementedError, f"no dispatch table for device type {device.type!r}")
     table = importlib.import_module(f"{__name__}.table_{name}")
@@ -190,8 +208,14 @@ def _lookup(table, key):
         if name is None:
             plain = tuple(v for i, v in enumerate(key) if i not in table.BUCKETED)
             index = tuple(key[i] for i in table.BUCKETED)
-            name = next((n for p, box, n in table.FILL if p == plain
-                         and all(lo <= i <= hi for i, (lo, hi) in zip(index, box))), None)
+            name = next(
+                (
+                    n
+                    for p, box, n in table.FILL
+                    if p == plain and all(lo <= i <= hi for i, (lo, hi) in zip(index, box))
+                ),
+                None,
+            )
         cache[key] = None if name is None else table.CONFIGS[name]
     return cache[key]
 
@@ -230,37 +254,116 @@ def _in_place(x):
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
 
 
-def _smem_bytes_cuda(ALGO, BLOCK_N, BLOCK_P, DOT_PRECISION, DS_BLOCK_N, DS_BLOCK_P, L, N, P, es,
-    num_stages):
+def _smem_bytes_cuda(
+    ALGO, BLOCK_N, BLOCK_P, DOT_PRECISION, DS_BLOCK_N, DS_BLOCK_P, L, N, P, es, num_stages
+):
     """Estimated smem_bytes of a cuda point (the spec's budget formula; its largest kernel)."""
-    return (max((8 if DOT_PRECISION != 'ieee' else 4) * L * (DS_BLOCK_N + DS_BLOCK_P) + max(0,
-        num_stages - 1) * ((2 * es + 4) * L * DS_BLOCK_N + 2 * es * L * DS_BLOCK_P), 4 * (3 * L * L
-        +2 * L * max(BLOCK_N, BLOCK_P) + 2 * BLOCK_N * BLOCK_P) + max(0, num_stages - 1) * (4 * L *
-        BLOCK_N + 3 * es * L * BLOCK_P + 8 * BLOCK_N * BLOCK_P)) if ALGO == 'blocked' else 4 * (6 *
-        L * N + 2 * L * P + 2 * L * L + 2 * N * P) + max(0, num_stages - 1) * (2 * es * L * N + 3 *
-        es * L * P + 4 * L * L))
+    return (
+        max(
+            (8 if DOT_PRECISION != "ieee" else 4) * L * (DS_BLOCK_N + DS_BLOCK_P)
+            + max(0, num_stages - 1) * ((2 * es + 4) * L * DS_BLOCK_N + 2 * es * L * DS_BLOCK_P),
+            4 * (3 * L * L + 2 * L * max(BLOCK_N, BLOCK_P) + 2 * BLOCK_N * BLOCK_P)
+            + max(0, num_stages - 1)
+            * (4 * L * BLOCK_N + 3 * es * L * BLOCK_P + 8 * BLOCK_N * BLOCK_P),
+        )
+        if ALGO == "blocked"
+        else 4 * (6 * L * N + 2 * L * P + 2 * L * L + 2 * N * P)
+        + max(0, num_stages - 1) * (2 * es * L * N + 3 * es * L * P + 4 * L * L)
+    )
 
 
 def _ub_bytes_npu(ALGO, BLOCK_N, BLOCK_P, DS_BLOCK_N, DS_BLOCK_P, L, N, P, multibuffer):
     """Estimated ub_bytes of a npu point (the spec's budget formula; its largest kernel)."""
-    return (max(0 if ALGO != 'serial' else 4 * ((2 * L * N + 3 * L * P + 2 * L * L + N * P) * (2 if
-        multibuffer else 1) + 8 * L * N + 6 * L * P + 6 * L * L + 3 * N * P), 0 if ALGO != 'blocked'
-        else 4 * ((3 * L * DS_BLOCK_N + 2 * L * DS_BLOCK_P) * (2 if multibuffer else 1) + 5 * L *
-        DS_BLOCK_N + 3 * L * DS_BLOCK_P + 2 * DS_BLOCK_N * DS_BLOCK_P), 0 if ALGO != 'blocked' else
-        4 * max(L * L * (2 if multibuffer else 1) + 8 * L * L, (3 * L * BLOCK_N + 3 * L * BLOCK_P +
-        2 * BLOCK_N * BLOCK_P) * (2 if multibuffer else 1) + 3 * L * L + 12 * L * BLOCK_N + 7 * L *
-        BLOCK_P + BLOCK_N * BLOCK_P), 0 if ALGO != 'blocked' else 4 * 4096 * ((2 if multibuffer else
-        1) + 1)))
+    return max(
+        (
+            0
+            if ALGO != "serial"
+            else 4
+            * (
+                (2 * L * N + 3 * L * P + 2 * L * L + N * P) * (2 if multibuffer else 1)
+                + 8 * L * N
+                + 6 * L * P
+                + 6 * L * L
+                + 3 * N * P
+            )
+        ),
+        (
+            0
+            if ALGO != "blocked"
+            else 4
+            * (
+                (3 * L * DS_BLOCK_N + 2 * L * DS_BLOCK_P) * (2 if multibuffer else 1)
+                + 5 * L * DS_BLOCK_N
+                + 3 * L * DS_BLOCK_P
+                + 2 * DS_BLOCK_N * DS_BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO != "blocked"
+            else 4
+            * max(
+                L * L * (2 if multibuffer else 1) + 8 * L * L,
+                (3 * L * BLOCK_N + 3 * L * BLOCK_P + 2 * BLOCK_N * BLOCK_P)
+                * (2 if multibuffer else 1)
+                + 3 * L * L
+                + 12 * L * BLOCK_N
+                + 7 * L * BLOCK_P
+                + BLOCK_N * BLOCK_P,
+            )
+        ),
+        0 if ALGO != "blocked" else 4 * 4096 * ((2 if multibuffer else 1) + 1),
+    )
 
 
-def _default_npu(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_divisor,
-    output_dtype, dout_dtype, q_dtype, k_dtype, v_dtype, q_bias_dtype, k_bias_dtype, mimo_v_dtype,
-    mimo_o_dtype, angles_dtype, da_cs_dtype, da_cs_rev_dtype, dt_dtype, trap_dtype, segsum_dtype,
-    states_dtype, qk_dot_dtype, mimo_z_dtype, d_dtype, z_dtype, mimo_z_given, d_given, z_given, C,
-    NC, NA, has_z, dtype, es, BR, L):
+def _default_npu(
+    budget,
+    CORES,
+    *,
+    B,
+    S,
+    H,
+    P,
+    R,
+    G,
+    N,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    dout_dtype,
+    q_dtype,
+    k_dtype,
+    v_dtype,
+    q_bias_dtype,
+    k_bias_dtype,
+    mimo_v_dtype,
+    mimo_o_dtype,
+    angles_dtype,
+    da_cs_dtype,
+    da_cs_rev_dtype,
+    dt_dtype,
+    trap_dtype,
+    segsum_dtype,
+    states_dtype,
+    qk_dot_dtype,
+    mimo_z_dtype,
+    d_dtype,
+    z_dtype,
+    mimo_z_given,
+    d_given,
+    z_given,
+    C,
+    NC,
+    NA,
+    has_z,
+    dtype,
+    es,
+    BR,
+    L,
+):
     """The spec's default choice on npu chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    ALGO = 'blocked'
+    ALGO = "blocked"
     variant = "_".join((ALGO,))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
@@ -269,27 +372,87 @@ def _default_npu(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_d
     DS_BLOCK_N = min(N, 32)
     DS_BLOCK_P = min(P, 32)
     CHUNK_MAXNREG = 0
-    DOT_PRECISION = 'ieee'
-    for multibuffer in (True, False,):
-        if _ub_bytes_npu(ALGO=ALGO, BLOCK_N=BLOCK_N, BLOCK_P=BLOCK_P, DS_BLOCK_N=DS_BLOCK_N,
-            DS_BLOCK_P=DS_BLOCK_P, L=L, N=N, P=P, multibuffer=multibuffer) <= budget:
+    DOT_PRECISION = "ieee"
+    for multibuffer in (True, False):
+        if (
+            _ub_bytes_npu(
+                ALGO=ALGO,
+                BLOCK_N=BLOCK_N,
+                BLOCK_P=BLOCK_P,
+                DS_BLOCK_N=DS_BLOCK_N,
+                DS_BLOCK_P=DS_BLOCK_P,
+                L=L,
+                N=N,
+                P=P,
+                multibuffer=multibuffer,
+            )
+            <= budget
+        ):
             break
     else:
-        raise _error(NotImplementedError,
-            f"no default configuration of {variant} fits the chip's ub_bytes ({budget})")
-    return (variant, {'BLOCK_N': BLOCK_N, 'BLOCK_P': BLOCK_P, 'DS_BLOCK_N': DS_BLOCK_N, 'DS_BLOCK_P'
-        : DS_BLOCK_P, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'DOT_PRECISION': DOT_PRECISION, 'multibuffer':
-        multibuffer})
+        raise _error(
+            NotImplementedError,
+            f"no default configuration of {variant} fits the chip's ub_bytes ({budget})",
+        )
+    return variant, {
+        "BLOCK_N": BLOCK_N,
+        "BLOCK_P": BLOCK_P,
+        "DS_BLOCK_N": DS_BLOCK_N,
+        "DS_BLOCK_P": DS_BLOCK_P,
+        "CHUNK_MAXNREG": CHUNK_MAXNREG,
+        "DOT_PRECISION": DOT_PRECISION,
+        "multibuffer": multibuffer,
+    }
 
 
-def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_divisor,
-    output_dtype, dout_dtype, q_dtype, k_dtype, v_dtype, q_bias_dtype, k_bias_dtype, mimo_v_dtype,
-    mimo_o_dtype, angles_dtype, da_cs_dtype, da_cs_rev_dtype, dt_dtype, trap_dtype, segsum_dtype,
-    states_dtype, qk_dot_dtype, mimo_z_dtype, d_dtype, z_dtype, mimo_z_given, d_given, z_given, C,
-    NC, NA, has_z, dtype, es, BR, L):
+def _default_cuda(
+    budget,
+    CORES,
+    *,
+    B,
+    S,
+    H,
+    P,
+    R,
+    G,
+    N,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    dout_dtype,
+    q_dtype,
+    k_dtype,
+    v_dtype,
+    q_bias_dtype,
+    k_bias_dtype,
+    mimo_v_dtype,
+    mimo_o_dtype,
+    angles_dtype,
+    da_cs_dtype,
+    da_cs_rev_dtype,
+    dt_dtype,
+    trap_dtype,
+    segsum_dtype,
+    states_dtype,
+    qk_dot_dtype,
+    mimo_z_dtype,
+    d_dtype,
+    z_dtype,
+    mimo_z_given,
+    d_given,
+    z_given,
+    C,
+    NC,
+    NA,
+    has_z,
+    dtype,
+    es,
+    BR,
+    L,
+):
     """The spec's default choice on cuda chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    ALGO = 'blocked'
+    ALGO = "blocked"
     variant = "_".join((ALGO,))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
@@ -298,22 +461,69 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
     DS_BLOCK_N = min(N, 32)
     DS_BLOCK_P = min(P, 32)
     CHUNK_MAXNREG = 255
-    DOT_PRECISION = 'ieee'
+    DOT_PRECISION = "ieee"
     num_warps = 8 if L >= 64 or N <= 16 else 4
     num_stages = 1
-    return (variant, {'BLOCK_N': BLOCK_N, 'BLOCK_P': BLOCK_P, 'DS_BLOCK_N': DS_BLOCK_N, 'DS_BLOCK_P'
-        : DS_BLOCK_P, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'DOT_PRECISION': DOT_PRECISION, 'num_warps':
-        num_warps, 'num_stages': num_stages})
+    return variant, {
+        "BLOCK_N": BLOCK_N,
+        "BLOCK_P": BLOCK_P,
+        "DS_BLOCK_N": DS_BLOCK_N,
+        "DS_BLOCK_P": DS_BLOCK_P,
+        "CHUNK_MAXNREG": CHUNK_MAXNREG,
+        "DOT_PRECISION": DOT_PRECISION,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
 
 
-def _default_interpreter(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_divisor,
-    output_dtype, dout_dtype, q_dtype, k_dtype, v_dtype, q_bias_dtype, k_bias_dtype, mimo_v_dtype,
-    mimo_o_dtype, angles_dtype, da_cs_dtype, da_cs_rev_dtype, dt_dtype, trap_dtype, segsum_dtype,
-    states_dtype, qk_dot_dtype, mimo_z_dtype, d_dtype, z_dtype, mimo_z_given, d_given, z_given, C,
-    NC, NA, has_z, dtype, es, BR, L):
+def _default_interpreter(
+    budget,
+    CORES,
+    *,
+    B,
+    S,
+    H,
+    P,
+    R,
+    G,
+    N,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    dout_dtype,
+    q_dtype,
+    k_dtype,
+    v_dtype,
+    q_bias_dtype,
+    k_bias_dtype,
+    mimo_v_dtype,
+    mimo_o_dtype,
+    angles_dtype,
+    da_cs_dtype,
+    da_cs_rev_dtype,
+    dt_dtype,
+    trap_dtype,
+    segsum_dtype,
+    states_dtype,
+    qk_dot_dtype,
+    mimo_z_dtype,
+    d_dtype,
+    z_dtype,
+    mimo_z_given,
+    d_given,
+    z_given,
+    C,
+    NC,
+    NA,
+    has_z,
+    dtype,
+    es,
+    BR,
+    L,
+):
     """The spec's default choice on interpreter chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    ALGO = 'serial'
+    ALGO = "serial"
     variant = "_".join((ALGO,))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
@@ -322,33 +532,60 @@ def _default_interpreter(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rota
     DS_BLOCK_N = N
     DS_BLOCK_P = P
     CHUNK_MAXNREG = 0
-    DOT_PRECISION = 'ieee'
-    if ALGO == 'serial':
+    DOT_PRECISION = "ieee"
+    if ALGO == "serial":
         BLOCK_N = N
         BLOCK_P = P
         DS_BLOCK_N = N
         DS_BLOCK_P = P
-    return (variant, {'BLOCK_N': BLOCK_N, 'BLOCK_P': BLOCK_P, 'DS_BLOCK_N': DS_BLOCK_N, 'DS_BLOCK_P'
-        : DS_BLOCK_P, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'DOT_PRECISION': DOT_PRECISION})
+    return variant, {
+        "BLOCK_N": BLOCK_N,
+        "BLOCK_P": BLOCK_P,
+        "DS_BLOCK_N": DS_BLOCK_N,
+        "DS_BLOCK_P": DS_BLOCK_P,
+        "CHUNK_MAXNREG": CHUNK_MAXNREG,
+        "DOT_PRECISION": DOT_PRECISION,
+    }
 
 
-def _check_legal(variant, ):
+def _check_legal(variant):
     """Refuse a table choice whose variant is illegal for this shape (a stale table)."""
-    ALGO, = _VARIANTS[variant]
+    (ALGO,) = _VARIANTS[variant]
 
 
 def _fixed(variant, point, N, P):
     """The choice's point with the tunables its variant fixes as functions of the shape taken at
     this call: a row serves every shape of its bucket, not only the one it was measured on."""
-    ALGO, = _VARIANTS[variant]
-    if ALGO == 'serial':
-        point = {**point, 'BLOCK_N': N, 'BLOCK_P': P, 'DS_BLOCK_N': N, 'DS_BLOCK_P': P}
+    (ALGO,) = _VARIANTS[variant]
+    if ALGO == "serial":
+        point = {**point, "BLOCK_N": N, "BLOCK_P": P, "DS_BLOCK_N": N, "DS_BLOCK_P": P}
     return point
 
 
-def mamba3_mimo_bwd_bwd(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-    trap, segsum, states, qk_dot, mimo_z=None, d=None, z=None, chunk_size=16, rotary_dim_divisor=4,
-    output_dtype=torch.float32):
+def mamba3_mimo_bwd_bwd(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z=None,
+    d=None,
+    z=None,
+    chunk_size=16,
+    rotary_dim_divisor=4,
+    output_dtype=torch.float32,
+):
     """Mamba-3 MIMO backward, second stage: the reverse chunk scan that carries the state gradient
 
     Tensors of any strides are taken: dout, q, k, v, angles, z are read in place through their
@@ -406,12 +643,57 @@ def mamba3_mimo_bwd_bwd(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, d
         NotImplementedError: a device or chip without a dispatch table; an input requiring grad.
     """
     if torch.compiler.is_compiling():  # the op: its kernels in the graph where torch can trace them
-        return (_from_op(torch.ops.opgen.mamba3_mimo_bwd_bwd(dout, q, k, v, q_bias, k_bias, mimo_v,
-            mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum, states, qk_dot, mimo_z, d, z,
-            chunk_size, rotary_dim_divisor, output_dtype)))
-    return (_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-        segsum, states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype,
-        launch=True))
+        return _from_op(
+            torch.ops.opgen.mamba3_mimo_bwd_bwd(
+                dout,
+                q,
+                k,
+                v,
+                q_bias,
+                k_bias,
+                mimo_v,
+                mimo_o,
+                angles,
+                da_cs,
+                da_cs_rev,
+                dt,
+                trap,
+                segsum,
+                states,
+                qk_dot,
+                mimo_z,
+                d,
+                z,
+                chunk_size,
+                rotary_dim_divisor,
+                output_dtype,
+            )
+        )
+    return _call(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        states,
+        qk_dot,
+        mimo_z,
+        d,
+        z,
+        chunk_size,
+        rotary_dim_divisor,
+        output_dtype,
+        launch=True,
+    )
 
 
 _SEEN = {}
@@ -426,8 +708,30 @@ the default's formulas; at most _SEEN_MAX are kept."""
 _SEEN_MAX = 4096
 
 
-def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype):
+def _signature(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+):
     """The call's signature, or None where an argument has no shape, dtype or device (a call the
     checks refuse, with the error that names it)."""
     try:
@@ -440,8 +744,13 @@ def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_
             (k_bias.shape, k_bias.dtype, k_bias.device, k_bias.requires_grad),
             (mimo_v.shape, mimo_v.dtype, mimo_v.device, mimo_v.requires_grad),
             (mimo_o.shape, mimo_o.dtype, mimo_o.device, mimo_o.requires_grad),
-            (angles.shape, angles.dtype, angles.device, angles.requires_grad, angles.is_contiguous()
-                ),
+            (
+                angles.shape,
+                angles.dtype,
+                angles.device,
+                angles.requires_grad,
+                angles.is_contiguous(),
+            ),
             (da_cs.shape, da_cs.dtype, da_cs.device, da_cs.requires_grad),
             (da_cs_rev.shape, da_cs_rev.dtype, da_cs_rev.device, da_cs_rev.requires_grad),
             (dt.shape, dt.dtype, dt.device, dt.requires_grad),
@@ -449,8 +758,11 @@ def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_
             (segsum.shape, segsum.dtype, segsum.device, segsum.requires_grad),
             (states.shape, states.dtype, states.device, states.requires_grad),
             (qk_dot.shape, qk_dot.dtype, qk_dot.device, qk_dot.requires_grad),
-            None if mimo_z is None else (mimo_z.shape, mimo_z.dtype, mimo_z.device, mimo_z.
-                requires_grad),
+            (
+                None
+                if mimo_z is None
+                else (mimo_z.shape, mimo_z.dtype, mimo_z.device, mimo_z.requires_grad)
+            ),
             None if d is None else (d.shape, d.dtype, d.device, d.requires_grad),
             None if z is None else (z.shape, z.dtype, z.device, z.requires_grad, z.is_contiguous()),
             torch.is_grad_enabled(),
@@ -462,16 +774,64 @@ def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_
         return None
 
 
-def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-    states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype, launch, traced=False
-    ):
+def _call(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    launch,
+    traced=False,
+):
     """The checks, the output allocation and (with ``launch``) the dispatch and the kernels; a
     launch of a signature seen before goes straight to the kernels (:data:`_SEEN`). ``traced``:
     torch.compile traces the op (:func:`_traced`), the kernels go into its graph
     (:func:`_launch_traced`), or :data:`_OPAQUE` is returned where they cannot."""
-    signature = (_signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype
-        ) if launch and not traced else None)
+    signature = (
+        _signature(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            states,
+            qk_dot,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+        )
+        if launch and not traced
+        else None
+    )
     try:
         seen = _SEEN.get(signature)
     except TypeError:  # an unhashable scalar: the checks name it
@@ -500,73 +860,152 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
             v = _in_place(v)
             angles = _in_place(angles)
             z = _in_place(z)
-            if not (dout.is_contiguous() and q.is_contiguous() and k.is_contiguous() and v.
-                is_contiguous() and angles.is_contiguous() and (z is None or z.is_contiguous())):
+            if not (
+                dout.is_contiguous()
+                and q.is_contiguous()
+                and k.is_contiguous()
+                and v.is_contiguous()
+                and angles.is_contiguous()
+                and (z is None or z.is_contiguous())
+            ):
                 module = strided_module
         dq = None if outs[0] is None else torch.empty(outs[0][0], dtype=outs[0][1], device=device)
         dk = None if outs[1] is None else torch.empty(outs[1][0], dtype=outs[1][1], device=device)
         dv = None if outs[2] is None else torch.empty(outs[2][0], dtype=outs[2][1], device=device)
-        dmimo_v = (None if outs[3] is None else torch.empty(outs[3][0], dtype=outs[3][1],
-            device=device))
-        dangles = (None if outs[4] is None else torch.empty(outs[4][0], dtype=outs[4][1],
-            device=device))
-        dfactor = (None if outs[5] is None else torch.empty(outs[5][0], dtype=outs[5][1],
-            device=device))
-        dgamma_diag = (None if outs[6] is None else torch.empty(outs[6][0], dtype=outs[6][1],
-            device=device))
+        dmimo_v = (
+            None if outs[3] is None else torch.empty(outs[3][0], dtype=outs[3][1], device=device)
+        )
+        dangles = (
+            None if outs[4] is None else torch.empty(outs[4][0], dtype=outs[4][1], device=device)
+        )
+        dfactor = (
+            None if outs[5] is None else torch.empty(outs[5][0], dtype=outs[5][1], device=device)
+        )
+        dgamma_diag = (
+            None if outs[6] is None else torch.empty(outs[6][0], dtype=outs[6][1], device=device)
+        )
         dda = None if outs[7] is None else torch.empty(outs[7][0], dtype=outs[7][1], device=device)
-        dssda = (None if outs[8] is None else torch.empty(outs[8][0], dtype=outs[8][1],
-            device=device))
-        dda_cs_rev = (None if outs[9] is None else torch.empty(outs[9][0], dtype=outs[9][1],
-            device=device))
-        dda_cs = (None if outs[10] is None else torch.empty(outs[10][0], dtype=outs[10][1],
-            device=device))
-        dd = (None if outs[11] is None else torch.empty(outs[11][0], dtype=outs[11][1],
-            device=device))
+        dssda = (
+            None if outs[8] is None else torch.empty(outs[8][0], dtype=outs[8][1], device=device)
+        )
+        dda_cs_rev = (
+            None if outs[9] is None else torch.empty(outs[9][0], dtype=outs[9][1], device=device)
+        )
+        dda_cs = (
+            None if outs[10] is None else torch.empty(outs[10][0], dtype=outs[10][1], device=device)
+        )
+        dd = (
+            None if outs[11] is None else torch.empty(outs[11][0], dtype=outs[11][1], device=device)
+        )
         chunk_size, rotary_dim_divisor = static
-        module.launch(dout=dout, q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v,
-            mimo_o=mimo_o, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap,
-            segsum=segsum, states=states, qk_dot=qk_dot, mimo_z=mimo_z, d=d, z=z, dq=dq, dk=dk,
-            dv=dv, dmimo_v=dmimo_v, dangles=dangles, dfactor=dfactor, dgamma_diag=dgamma_diag,
-            dda=dda, dssda=dssda, dda_cs_rev=dda_cs_rev, dda_cs=dda_cs, dd=dd,
-            chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor, num_programs=num_programs,
-            point=point)
-        return (dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs,
-            dd)
-    dout_dtype = _tensor('dout', dout, ('B', 'S', 'H', 'P'), ('float16', 'bfloat16', 'float32'))
-    q_dtype = _tensor('q', q, ('B', 'S', 'R', 'G', 'N'), ('float16', 'bfloat16', 'float32'))
-    k_dtype = _tensor('k', k, ('B', 'S', 'R', 'G', 'N'), ('float16', 'bfloat16', 'float32'))
-    v_dtype = _tensor('v', v, ('B', 'S', 'H', 'P'), ('float16', 'bfloat16', 'float32'))
-    q_bias_dtype = _tensor('q_bias', q_bias, ('H', 'R', 'N'), ('float32',))
-    k_bias_dtype = _tensor('k_bias', k_bias, ('H', 'R', 'N'), ('float32',))
-    mimo_v_dtype = _tensor('mimo_v', mimo_v, ('H', 'R', 'P'), ('float32',))
-    mimo_o_dtype = _tensor('mimo_o', mimo_o, ('H', 'R', 'P'), ('float32',))
-    angles_dtype = _tensor('angles', angles, ('B', 'S', 'H', 'NA'), ('float32',))
-    da_cs_dtype = _tensor('da_cs', da_cs, ('B', 'H', 'S'), ('float32',))
-    da_cs_rev_dtype = _tensor('da_cs_rev', da_cs_rev, ('B', 'H', 'S'), ('float32',))
-    dt_dtype = _tensor('dt', dt, ('B', 'H', 'S'), ('float32',))
-    trap_dtype = _tensor('trap', trap, ('B', 'H', 'S'), ('float16', 'bfloat16', 'float32'))
-    segsum_dtype = _tensor('segsum', segsum, ('B', 'H', 'NC', 'C', 'C'), ('float32',))
-    states_dtype = (_tensor('states', states, ('B', 'H', 'NC', 'N', 'P'), ('float32', 'bfloat16',
-        'float16')))
-    qk_dot_dtype = (_tensor('qk_dot', qk_dot, ('B', 'H', 'S', 'R', 'R'), ('float32', 'bfloat16',
-        'float16')))
+        module.launch(
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            mimo_v=mimo_v,
+            mimo_o=mimo_o,
+            angles=angles,
+            da_cs=da_cs,
+            da_cs_rev=da_cs_rev,
+            dt=dt,
+            trap=trap,
+            segsum=segsum,
+            states=states,
+            qk_dot=qk_dot,
+            mimo_z=mimo_z,
+            d=d,
+            z=z,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            dmimo_v=dmimo_v,
+            dangles=dangles,
+            dfactor=dfactor,
+            dgamma_diag=dgamma_diag,
+            dda=dda,
+            dssda=dssda,
+            dda_cs_rev=dda_cs_rev,
+            dda_cs=dda_cs,
+            dd=dd,
+            chunk_size=chunk_size,
+            rotary_dim_divisor=rotary_dim_divisor,
+            num_programs=num_programs,
+            point=point,
+        )
+        return (
+            dq,
+            dk,
+            dv,
+            dmimo_v,
+            dangles,
+            dfactor,
+            dgamma_diag,
+            dda,
+            dssda,
+            dda_cs_rev,
+            dda_cs,
+            dd,
+        )
+    dout_dtype = _tensor("dout", dout, ("B", "S", "H", "P"), ("float16", "bfloat16", "float32"))
+    q_dtype = _tensor("q", q, ("B", "S", "R", "G", "N"), ("float16", "bfloat16", "float32"))
+    k_dtype = _tensor("k", k, ("B", "S", "R", "G", "N"), ("float16", "bfloat16", "float32"))
+    v_dtype = _tensor("v", v, ("B", "S", "H", "P"), ("float16", "bfloat16", "float32"))
+    q_bias_dtype = _tensor("q_bias", q_bias, ("H", "R", "N"), ("float32",))
+    k_bias_dtype = _tensor("k_bias", k_bias, ("H", "R", "N"), ("float32",))
+    mimo_v_dtype = _tensor("mimo_v", mimo_v, ("H", "R", "P"), ("float32",))
+    mimo_o_dtype = _tensor("mimo_o", mimo_o, ("H", "R", "P"), ("float32",))
+    angles_dtype = _tensor("angles", angles, ("B", "S", "H", "NA"), ("float32",))
+    da_cs_dtype = _tensor("da_cs", da_cs, ("B", "H", "S"), ("float32",))
+    da_cs_rev_dtype = _tensor("da_cs_rev", da_cs_rev, ("B", "H", "S"), ("float32",))
+    dt_dtype = _tensor("dt", dt, ("B", "H", "S"), ("float32",))
+    trap_dtype = _tensor("trap", trap, ("B", "H", "S"), ("float16", "bfloat16", "float32"))
+    segsum_dtype = _tensor("segsum", segsum, ("B", "H", "NC", "C", "C"), ("float32",))
+    states_dtype = _tensor(
+        "states", states, ("B", "H", "NC", "N", "P"), ("float32", "bfloat16", "float16")
+    )
+    qk_dot_dtype = _tensor(
+        "qk_dot", qk_dot, ("B", "H", "S", "R", "R"), ("float32", "bfloat16", "float16")
+    )
     mimo_z_given = mimo_z is not None
-    mimo_z_dtype = (_tensor('mimo_z', mimo_z, ('H', 'R', 'P'), ('float32',)) if mimo_z_given else
-        None)
+    mimo_z_dtype = (
+        _tensor("mimo_z", mimo_z, ("H", "R", "P"), ("float32",)) if mimo_z_given else None
+    )
     d_given = d is not None
-    d_dtype = _tensor('d', d, ('H',), ('float32',)) if d_given else None
+    d_dtype = _tensor("d", d, ("H",), ("float32",)) if d_given else None
     z_given = z is not None
-    z_dtype = (_tensor('z', z, ('B', 'S', 'H', 'P'), ('float16', 'bfloat16', 'float32')) if z_given
-        else None)
-    _int('chunk_size', chunk_size, (8, 16, 32, 64))
-    _int('rotary_dim_divisor', rotary_dim_divisor, (2, 4))
-    output_dtype = _dtype('output_dtype', output_dtype, ('float32', 'bfloat16', 'float16'))
+    z_dtype = (
+        _tensor("z", z, ("B", "S", "H", "P"), ("float16", "bfloat16", "float32"))
+        if z_given
+        else None
+    )
+    _int("chunk_size", chunk_size, (8, 16, 32, 64))
+    _int("rotary_dim_divisor", rotary_dim_divisor, (2, 4))
+    output_dtype = _dtype("output_dtype", output_dtype, ("float32", "bfloat16", "float16"))
     if launch and not traced and torch.is_grad_enabled():
-        _no_grad(('dout', dout), ('q', q), ('k', k), ('v', v), ('q_bias', q_bias), ('k_bias', k_bias
-            ), ('mimo_v', mimo_v), ('mimo_o', mimo_o), ('angles', angles), ('da_cs', da_cs), (
-            'da_cs_rev', da_cs_rev), ('dt', dt), ('trap', trap), ('segsum', segsum), ('states',
-            states), ('qk_dot', qk_dot), ('mimo_z', mimo_z), ('d', d), ('z', z))
+        _no_grad(
+            ("dout", dout),
+            ("q", q),
+            ("k", k),
+            ("v", v),
+            ("q_bias", q_bias),
+            ("k_bias", k_bias),
+            ("mimo_v", mimo_v),
+            ("mimo_o", mimo_o),
+            ("angles", angles),
+            ("da_cs", da_cs),
+            ("da_cs_rev", da_cs_rev),
+            ("dt", dt),
+            ("trap", trap),
+            ("segsum", segsum),
+            ("states", states),
+            ("qk_dot", qk_dot),
+            ("mimo_z", mimo_z),
+            ("d", d),
+            ("z", z),
+        )
     q_bias = q_bias.contiguous()
     k_bias = k_bias.contiguous()
     mimo_v = mimo_v.contiguous()
@@ -580,8 +1019,14 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     qk_dot = qk_dot.contiguous()
     mimo_z = mimo_z.contiguous() if mimo_z_given else None
     d = d.contiguous() if d_given else None
-    given = (dout.is_contiguous() and q.is_contiguous() and k.is_contiguous() and
-             v.is_contiguous() and angles.is_contiguous() and (z is None or z.is_contiguous()))
+    given = (
+        dout.is_contiguous()
+        and q.is_contiguous()
+        and k.is_contiguous()
+        and v.is_contiguous()
+        and angles.is_contiguous()
+        and (z is None or z.is_contiguous())
+    )
     strided = False
     if not given:
         # The strided twin reads them in place (copied: a tensor whose last stride is not 1).
@@ -591,8 +1036,14 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
         v = _in_place(v)
         angles = _in_place(angles)
         z = _in_place(z)
-        strided = (not (dout.is_contiguous() and q.is_contiguous() and k.is_contiguous() and v.
-            is_contiguous() and angles.is_contiguous() and (z is None or z.is_contiguous())))
+        strided = not (
+            dout.is_contiguous()
+            and q.is_contiguous()
+            and k.is_contiguous()
+            and v.is_contiguous()
+            and angles.is_contiguous()
+            and (z is None or z.is_contiguous())
+        )
     if q.device != dout.device:
         raise _error(ValueError, f"q is on {q.device} but dout is on {dout.device}")
     if k.device != dout.device:
@@ -641,103 +1092,118 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     NA = N // rotary_dim_divisor
     has_z = mimo_z_given and z_given
     dtype = q_dtype
-    es = 4 if dtype == 'float32' else 2
+    es = 4 if dtype == "float32" else 2
     BR = pow2(R)
     L = C * BR
-    _dim('q', q, 0, 'B', B, 'from dout.shape[0]')
-    _dim('q', q, 1, 'S', S, 'from dout.shape[1]')
-    _dim('k', k, 0, 'B', B, 'from dout.shape[0]')
-    _dim('k', k, 1, 'S', S, 'from dout.shape[1]')
-    _dim('k', k, 2, 'R', R, 'from q.shape[2]')
-    _dim('k', k, 3, 'G', G, 'from q.shape[3]')
-    _dim('k', k, 4, 'N', N, 'from q.shape[4]')
-    _dim('v', v, 0, 'B', B, 'from dout.shape[0]')
-    _dim('v', v, 1, 'S', S, 'from dout.shape[1]')
-    _dim('v', v, 2, 'H', H, 'from dout.shape[2]')
-    _dim('v', v, 3, 'P', P, 'from dout.shape[3]')
-    _dim('q_bias', q_bias, 0, 'H', H, 'from dout.shape[2]')
-    _dim('q_bias', q_bias, 1, 'R', R, 'from q.shape[2]')
-    _dim('q_bias', q_bias, 2, 'N', N, 'from q.shape[4]')
-    _dim('k_bias', k_bias, 0, 'H', H, 'from dout.shape[2]')
-    _dim('k_bias', k_bias, 1, 'R', R, 'from q.shape[2]')
-    _dim('k_bias', k_bias, 2, 'N', N, 'from q.shape[4]')
-    _dim('mimo_v', mimo_v, 0, 'H', H, 'from dout.shape[2]')
-    _dim('mimo_v', mimo_v, 1, 'R', R, 'from q.shape[2]')
-    _dim('mimo_v', mimo_v, 2, 'P', P, 'from dout.shape[3]')
-    _dim('mimo_o', mimo_o, 0, 'H', H, 'from dout.shape[2]')
-    _dim('mimo_o', mimo_o, 1, 'R', R, 'from q.shape[2]')
-    _dim('mimo_o', mimo_o, 2, 'P', P, 'from dout.shape[3]')
-    _dim('angles', angles, 0, 'B', B, 'from dout.shape[0]')
-    _dim('angles', angles, 1, 'S', S, 'from dout.shape[1]')
-    _dim('angles', angles, 2, 'H', H, 'from dout.shape[2]')
-    _dim('angles', angles, 3, 'NA', NA, 'from N // rotary_dim_divisor')
-    _dim('da_cs', da_cs, 0, 'B', B, 'from dout.shape[0]')
-    _dim('da_cs', da_cs, 1, 'H', H, 'from dout.shape[2]')
-    _dim('da_cs', da_cs, 2, 'S', S, 'from dout.shape[1]')
-    _dim('da_cs_rev', da_cs_rev, 0, 'B', B, 'from dout.shape[0]')
-    _dim('da_cs_rev', da_cs_rev, 1, 'H', H, 'from dout.shape[2]')
-    _dim('da_cs_rev', da_cs_rev, 2, 'S', S, 'from dout.shape[1]')
-    _dim('dt', dt, 0, 'B', B, 'from dout.shape[0]')
-    _dim('dt', dt, 1, 'H', H, 'from dout.shape[2]')
-    _dim('dt', dt, 2, 'S', S, 'from dout.shape[1]')
-    _dim('trap', trap, 0, 'B', B, 'from dout.shape[0]')
-    _dim('trap', trap, 1, 'H', H, 'from dout.shape[2]')
-    _dim('trap', trap, 2, 'S', S, 'from dout.shape[1]')
-    _dim('segsum', segsum, 0, 'B', B, 'from dout.shape[0]')
-    _dim('segsum', segsum, 1, 'H', H, 'from dout.shape[2]')
-    _dim('segsum', segsum, 2, 'NC', NC, 'from cdiv(S, C)')
-    _dim('segsum', segsum, 3, 'C', C, 'from chunk_size')
-    _dim('segsum', segsum, 4, 'C', C, 'from chunk_size')
-    _dim('states', states, 0, 'B', B, 'from dout.shape[0]')
-    _dim('states', states, 1, 'H', H, 'from dout.shape[2]')
-    _dim('states', states, 2, 'NC', NC, 'from cdiv(S, C)')
-    _dim('states', states, 3, 'N', N, 'from q.shape[4]')
-    _dim('states', states, 4, 'P', P, 'from dout.shape[3]')
-    _dim('qk_dot', qk_dot, 0, 'B', B, 'from dout.shape[0]')
-    _dim('qk_dot', qk_dot, 1, 'H', H, 'from dout.shape[2]')
-    _dim('qk_dot', qk_dot, 2, 'S', S, 'from dout.shape[1]')
-    _dim('qk_dot', qk_dot, 3, 'R', R, 'from q.shape[2]')
-    _dim('qk_dot', qk_dot, 4, 'R', R, 'from q.shape[2]')
+    _dim("q", q, 0, "B", B, "from dout.shape[0]")
+    _dim("q", q, 1, "S", S, "from dout.shape[1]")
+    _dim("k", k, 0, "B", B, "from dout.shape[0]")
+    _dim("k", k, 1, "S", S, "from dout.shape[1]")
+    _dim("k", k, 2, "R", R, "from q.shape[2]")
+    _dim("k", k, 3, "G", G, "from q.shape[3]")
+    _dim("k", k, 4, "N", N, "from q.shape[4]")
+    _dim("v", v, 0, "B", B, "from dout.shape[0]")
+    _dim("v", v, 1, "S", S, "from dout.shape[1]")
+    _dim("v", v, 2, "H", H, "from dout.shape[2]")
+    _dim("v", v, 3, "P", P, "from dout.shape[3]")
+    _dim("q_bias", q_bias, 0, "H", H, "from dout.shape[2]")
+    _dim("q_bias", q_bias, 1, "R", R, "from q.shape[2]")
+    _dim("q_bias", q_bias, 2, "N", N, "from q.shape[4]")
+    _dim("k_bias", k_bias, 0, "H", H, "from dout.shape[2]")
+    _dim("k_bias", k_bias, 1, "R", R, "from q.shape[2]")
+    _dim("k_bias", k_bias, 2, "N", N, "from q.shape[4]")
+    _dim("mimo_v", mimo_v, 0, "H", H, "from dout.shape[2]")
+    _dim("mimo_v", mimo_v, 1, "R", R, "from q.shape[2]")
+    _dim("mimo_v", mimo_v, 2, "P", P, "from dout.shape[3]")
+    _dim("mimo_o", mimo_o, 0, "H", H, "from dout.shape[2]")
+    _dim("mimo_o", mimo_o, 1, "R", R, "from q.shape[2]")
+    _dim("mimo_o", mimo_o, 2, "P", P, "from dout.shape[3]")
+    _dim("angles", angles, 0, "B", B, "from dout.shape[0]")
+    _dim("angles", angles, 1, "S", S, "from dout.shape[1]")
+    _dim("angles", angles, 2, "H", H, "from dout.shape[2]")
+    _dim("angles", angles, 3, "NA", NA, "from N // rotary_dim_divisor")
+    _dim("da_cs", da_cs, 0, "B", B, "from dout.shape[0]")
+    _dim("da_cs", da_cs, 1, "H", H, "from dout.shape[2]")
+    _dim("da_cs", da_cs, 2, "S", S, "from dout.shape[1]")
+    _dim("da_cs_rev", da_cs_rev, 0, "B", B, "from dout.shape[0]")
+    _dim("da_cs_rev", da_cs_rev, 1, "H", H, "from dout.shape[2]")
+    _dim("da_cs_rev", da_cs_rev, 2, "S", S, "from dout.shape[1]")
+    _dim("dt", dt, 0, "B", B, "from dout.shape[0]")
+    _dim("dt", dt, 1, "H", H, "from dout.shape[2]")
+    _dim("dt", dt, 2, "S", S, "from dout.shape[1]")
+    _dim("trap", trap, 0, "B", B, "from dout.shape[0]")
+    _dim("trap", trap, 1, "H", H, "from dout.shape[2]")
+    _dim("trap", trap, 2, "S", S, "from dout.shape[1]")
+    _dim("segsum", segsum, 0, "B", B, "from dout.shape[0]")
+    _dim("segsum", segsum, 1, "H", H, "from dout.shape[2]")
+    _dim("segsum", segsum, 2, "NC", NC, "from cdiv(S, C)")
+    _dim("segsum", segsum, 3, "C", C, "from chunk_size")
+    _dim("segsum", segsum, 4, "C", C, "from chunk_size")
+    _dim("states", states, 0, "B", B, "from dout.shape[0]")
+    _dim("states", states, 1, "H", H, "from dout.shape[2]")
+    _dim("states", states, 2, "NC", NC, "from cdiv(S, C)")
+    _dim("states", states, 3, "N", N, "from q.shape[4]")
+    _dim("states", states, 4, "P", P, "from dout.shape[3]")
+    _dim("qk_dot", qk_dot, 0, "B", B, "from dout.shape[0]")
+    _dim("qk_dot", qk_dot, 1, "H", H, "from dout.shape[2]")
+    _dim("qk_dot", qk_dot, 2, "S", S, "from dout.shape[1]")
+    _dim("qk_dot", qk_dot, 3, "R", R, "from q.shape[2]")
+    _dim("qk_dot", qk_dot, 4, "R", R, "from q.shape[2]")
     if mimo_z_given:
-        _dim('mimo_z', mimo_z, 0, 'H', H, 'from dout.shape[2]')
+        _dim("mimo_z", mimo_z, 0, "H", H, "from dout.shape[2]")
     if mimo_z_given:
-        _dim('mimo_z', mimo_z, 1, 'R', R, 'from q.shape[2]')
+        _dim("mimo_z", mimo_z, 1, "R", R, "from q.shape[2]")
     if mimo_z_given:
-        _dim('mimo_z', mimo_z, 2, 'P', P, 'from dout.shape[3]')
+        _dim("mimo_z", mimo_z, 2, "P", P, "from dout.shape[3]")
     if d_given:
-        _dim('d', d, 0, 'H', H, 'from dout.shape[2]')
+        _dim("d", d, 0, "H", H, "from dout.shape[2]")
     if z_given:
-        _dim('z', z, 0, 'B', B, 'from dout.shape[0]')
+        _dim("z", z, 0, "B", B, "from dout.shape[0]")
     if z_given:
-        _dim('z', z, 1, 'S', S, 'from dout.shape[1]')
+        _dim("z", z, 1, "S", S, "from dout.shape[1]")
     if z_given:
-        _dim('z', z, 2, 'H', H, 'from dout.shape[2]')
+        _dim("z", z, 2, "H", H, "from dout.shape[2]")
     if z_given:
-        _dim('z', z, 3, 'P', P, 'from dout.shape[3]')
-    if not _holds(lambda: B >= 1 and S >= 1 and (H >= 1) and (G >= 1) and (N >= 2) and (P >= 1) and
-        (R >= 1)):
-        raise _error(ValueError,
-            'every dimension must be positive, got B={B} S={S} H={H} G={G} N={N} P={P} R={R}'.format
-            (B=B, S=S, H=H, G=G, N=N, P=P, R=R))
+        _dim("z", z, 3, "P", P, "from dout.shape[3]")
+    if not _holds(
+        lambda: B >= 1 and S >= 1 and (H >= 1) and (G >= 1) and (N >= 2) and (P >= 1) and (R >= 1)
+    ):
+        raise _error(
+            ValueError,
+            "every dimension must be positive, got B={B} S={S} H={H} G={G} N={N} P={P} R={R}".format(
+                B=B, S=S, H=H, G=G, N=N, P=P, R=R
+            ),
+        )
     if not _holds(lambda: mimo_z_given == z_given):
-        raise _error(ValueError,
-            'mimo_z and z must be given together (the Z gate needs both), got mimo_z '
-            '{mimo_z_given} and z {z_given}'.format(mimo_z_given=mimo_z_given, z_given=z_given))
+        raise _error(
+            ValueError,
+            "mimo_z and z must be given together (the Z gate needs both), got mimo_z {mimo_z_given} and z {z_given}".format(
+                mimo_z_given=mimo_z_given, z_given=z_given
+            ),
+        )
     if not _holds(lambda: N % 2 == 0):
-        raise _error(ValueError, 'N must be even (rotary pairs dim n with n + N/2), got N={N}'.
-            format(N=N))
+        raise _error(
+            ValueError, "N must be even (rotary pairs dim n with n + N/2), got N={N}".format(N=N)
+        )
     if not _holds(lambda: pow2(N) == N and pow2(P) == P and (pow2(C) == C)):
-        raise _error(ValueError,
-            "N, P and chunk_size must be powers of two (the kernels' tiles), got N={N} P={P} "
-            "chunk_size={C}".format(N=N, P=P, C=C))
+        raise _error(
+            ValueError,
+            "N, P and chunk_size must be powers of two (the kernels' tiles), got N={N} P={P} chunk_size={C}".format(
+                N=N, P=P, C=C
+            ),
+        )
     if not _holds(lambda: H % G == 0):
-        raise _error(ValueError, 'H ({H}) must be a multiple of G ({G}) for grouped q/k heads'.
-            format(H=H, G=G))
+        raise _error(
+            ValueError,
+            "H ({H}) must be a multiple of G ({G}) for grouped q/k heads".format(H=H, G=G),
+        )
     if not _holds(lambda: k_dtype == q_dtype and v_dtype == q_dtype and (dout_dtype == q_dtype)):
-        raise _error(TypeError,
-            'q, k, v and dout must share one dtype, got {q_dtype}, {k_dtype}, {v_dtype}, '
-            '{dout_dtype}'.format(q_dtype=q_dtype, k_dtype=k_dtype, v_dtype=v_dtype,
-            dout_dtype=dout_dtype))
+        raise _error(
+            TypeError,
+            "q, k, v and dout must share one dtype, got {q_dtype}, {k_dtype}, {v_dtype}, {dout_dtype}".format(
+                q_dtype=q_dtype, k_dtype=k_dtype, v_dtype=v_dtype, dout_dtype=dout_dtype
+            ),
+        )
     device = dout.device
     dq = torch.empty((B, S, R, H, N), dtype=getattr(torch, output_dtype), device=device)
     dk = torch.empty((B, S, R, H, N), dtype=getattr(torch, output_dtype), device=device)
@@ -752,8 +1218,20 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     dda_cs = torch.empty((B, H, S), dtype=getattr(torch, output_dtype), device=device)
     dd = torch.empty((B, H), dtype=getattr(torch, output_dtype), device=device) if d_given else None
     if not launch:
-        return (dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs,
-            dd)
+        return (
+            dq,
+            dk,
+            dv,
+            dmimo_v,
+            dangles,
+            dfactor,
+            dgamma_diag,
+            dda,
+            dssda,
+            dda_cs_rev,
+            dda_cs,
+            dd,
+        )
     table = _table(device)
     key = (
         dtype,  # dtype
@@ -766,56 +1244,182 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     )
     choice = _lookup(table, key)
     if choice is None:
-        choice = (_DEFAULTS[table.BACKEND](table.BUDGET, _cores(table, device), B=B, S=S, H=H, P=P,
-            R=R, G=G, N=N, chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor,
-            output_dtype=output_dtype, dout_dtype=dout_dtype, q_dtype=q_dtype, k_dtype=k_dtype,
-            v_dtype=v_dtype, q_bias_dtype=q_bias_dtype, k_bias_dtype=k_bias_dtype,
-            mimo_v_dtype=mimo_v_dtype, mimo_o_dtype=mimo_o_dtype, angles_dtype=angles_dtype,
-            da_cs_dtype=da_cs_dtype, da_cs_rev_dtype=da_cs_rev_dtype, dt_dtype=dt_dtype,
-            trap_dtype=trap_dtype, segsum_dtype=segsum_dtype, states_dtype=states_dtype,
-            qk_dot_dtype=qk_dot_dtype, mimo_z_dtype=mimo_z_dtype, d_dtype=d_dtype, z_dtype=z_dtype,
-            mimo_z_given=mimo_z_given, d_given=d_given, z_given=z_given, C=C, NC=NC, NA=NA,
-            has_z=has_z, dtype=dtype, es=es, BR=BR, L=L))
+        choice = _DEFAULTS[table.BACKEND](
+            table.BUDGET,
+            _cores(table, device),
+            B=B,
+            S=S,
+            H=H,
+            P=P,
+            R=R,
+            G=G,
+            N=N,
+            chunk_size=chunk_size,
+            rotary_dim_divisor=rotary_dim_divisor,
+            output_dtype=output_dtype,
+            dout_dtype=dout_dtype,
+            q_dtype=q_dtype,
+            k_dtype=k_dtype,
+            v_dtype=v_dtype,
+            q_bias_dtype=q_bias_dtype,
+            k_bias_dtype=k_bias_dtype,
+            mimo_v_dtype=mimo_v_dtype,
+            mimo_o_dtype=mimo_o_dtype,
+            angles_dtype=angles_dtype,
+            da_cs_dtype=da_cs_dtype,
+            da_cs_rev_dtype=da_cs_rev_dtype,
+            dt_dtype=dt_dtype,
+            trap_dtype=trap_dtype,
+            segsum_dtype=segsum_dtype,
+            states_dtype=states_dtype,
+            qk_dot_dtype=qk_dot_dtype,
+            mimo_z_dtype=mimo_z_dtype,
+            d_dtype=d_dtype,
+            z_dtype=z_dtype,
+            mimo_z_given=mimo_z_given,
+            d_given=d_given,
+            z_given=z_given,
+            C=C,
+            NC=NC,
+            NA=NA,
+            has_z=has_z,
+            dtype=dtype,
+            es=es,
+            BR=BR,
+            L=L,
+        )
     variant, point = choice
-    _check_legal(variant, )
+    _check_legal(variant)
     point = _fixed(variant, point, N=N, P=P)
     num_programs = _cores(table, device) * point.get("occupancy", 1)
     if traced:
         if not _traceable(table, variant):
             return _OPAQUE
-        _launch_traced(table.RENDERING, variant, strided, dout=dout, q=q, k=k, v=v, q_bias=q_bias,
-            k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, angles=angles, da_cs=da_cs,
-            da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, states=states, qk_dot=qk_dot,
-            mimo_z=mimo_z, d=d, z=z, dq=dq, dk=dk, dv=dv, dmimo_v=dmimo_v, dangles=dangles,
-            dfactor=dfactor, dgamma_diag=dgamma_diag, dda=dda, dssda=dssda, dda_cs_rev=dda_cs_rev,
-            dda_cs=dda_cs, dd=dd, chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor,
-            num_programs=num_programs, point=point)
-        return (dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs,
-            dd)
+        _launch_traced(
+            table.RENDERING,
+            variant,
+            strided,
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            mimo_v=mimo_v,
+            mimo_o=mimo_o,
+            angles=angles,
+            da_cs=da_cs,
+            da_cs_rev=da_cs_rev,
+            dt=dt,
+            trap=trap,
+            segsum=segsum,
+            states=states,
+            qk_dot=qk_dot,
+            mimo_z=mimo_z,
+            d=d,
+            z=z,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            dmimo_v=dmimo_v,
+            dangles=dangles,
+            dfactor=dfactor,
+            dgamma_diag=dgamma_diag,
+            dda=dda,
+            dssda=dssda,
+            dda_cs_rev=dda_cs_rev,
+            dda_cs=dda_cs,
+            dd=dd,
+            chunk_size=chunk_size,
+            rotary_dim_divisor=rotary_dim_divisor,
+            num_programs=num_programs,
+            point=point,
+        )
+        return (
+            dq,
+            dk,
+            dv,
+            dmimo_v,
+            dangles,
+            dfactor,
+            dgamma_diag,
+            dda,
+            dssda,
+            dda_cs_rev,
+            dda_cs,
+            dd,
+        )
     module = _kernel_module(table.RENDERING, variant)
     strided_module = None if given else _kernel_module(table.RENDERING, variant, True)
-    (strided_module if strided else module).launch(dout=dout, q=q, k=k, v=v, q_bias=q_bias,
-        k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, angles=angles, da_cs=da_cs,
-        da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, states=states, qk_dot=qk_dot,
-        mimo_z=mimo_z, d=d, z=z, dq=dq, dk=dk, dv=dv, dmimo_v=dmimo_v, dangles=dangles,
-        dfactor=dfactor, dgamma_diag=dgamma_diag, dda=dda, dssda=dssda, dda_cs_rev=dda_cs_rev,
-        dda_cs=dda_cs, dd=dd, chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor,
-        num_programs=num_programs, point=point)
+    (strided_module if strided else module).launch(
+        dout=dout,
+        q=q,
+        k=k,
+        v=v,
+        q_bias=q_bias,
+        k_bias=k_bias,
+        mimo_v=mimo_v,
+        mimo_o=mimo_o,
+        angles=angles,
+        da_cs=da_cs,
+        da_cs_rev=da_cs_rev,
+        dt=dt,
+        trap=trap,
+        segsum=segsum,
+        states=states,
+        qk_dot=qk_dot,
+        mimo_z=mimo_z,
+        d=d,
+        z=z,
+        dq=dq,
+        dk=dk,
+        dv=dv,
+        dmimo_v=dmimo_v,
+        dangles=dangles,
+        dfactor=dfactor,
+        dgamma_diag=dgamma_diag,
+        dda=dda,
+        dssda=dssda,
+        dda_cs_rev=dda_cs_rev,
+        dda_cs=dda_cs,
+        dd=dd,
+        chunk_size=chunk_size,
+        rotary_dim_divisor=rotary_dim_divisor,
+        num_programs=num_programs,
+        point=point,
+    )
     if signature is not None:
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
-        outs = (tuple(None if o is None else (tuple(o.shape), o.dtype) for o in (dq, dk, dv,
-            dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs, dd,)))
-        _SEEN[signature] = (module, (chunk_size, rotary_dim_divisor), outs, num_programs, point,
-            strided_module)
+        outs = tuple(
+            None if o is None else (tuple(o.shape), o.dtype)
+            for o in (
+                dq,
+                dk,
+                dv,
+                dmimo_v,
+                dangles,
+                dfactor,
+                dgamma_diag,
+                dda,
+                dssda,
+                dda_cs_rev,
+                dda_cs,
+                dd,
+            )
+        )
+        _SEEN[signature] = (
+            module,
+            (chunk_size, rotary_dim_divisor),
+            outs,
+            num_programs,
+            point,
+            strided_module,
+        )
     return dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs, dd
 
 
-_DEFAULTS = {
-    'npu': _default_npu,
-    'cuda': _default_cuda,
-    'interpreter': _default_interpreter,
-}
+_DEFAULTS = {"npu": _default_npu, "cuda": _default_cuda, "interpreter": _default_interpreter}
 _OPAQUE = object()
 """What :func:`_call` returns, ``traced``, for a call whose launches torch cannot trace."""
 _HOST_DESCRIPTORS = frozenset(())
@@ -829,8 +1433,11 @@ def _traceable(table, variant):
     (under TRITON_INTERPRET=1 wrap_triton returns them as they are, to run on the tracer's fake
     tensors), nor Ascend's (not tried there), nor host-side tensor descriptors (the tracer keeps no
     tensor held in one)."""
-    return (table.BACKEND == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
-            and variant not in _HOST_DESCRIPTORS)
+    return (
+        table.BACKEND == "cuda"
+        and os.environ.get("TRITON_INTERPRET") != "1"
+        and variant not in _HOST_DESCRIPTORS
+    )
 
 
 def _launch_traced(rendering, variant, strided, **arguments):
@@ -870,27 +1477,74 @@ Tensor = torch.Tensor
 
 
 def _to_op(outs):
-    outs = (tuple(torch.empty(0) if o is None else o for o in (outs if isinstance(outs, tuple) else
-        (outs,))))
+    outs = tuple(
+        torch.empty(0) if o is None else o for o in (outs if isinstance(outs, tuple) else (outs,))
+    )
     return outs if _OUTPUTS > 1 else outs[0]
 
 
 def _from_op(outs):
-    outs = (tuple(None if o.numel() == 0 else o for o in (outs if isinstance(outs, (tuple, list))
-        else (outs,))))
+    outs = tuple(
+        None if o.numel() == 0 else o
+        for o in (outs if isinstance(outs, (tuple, list)) else (outs,))
+    )
     return outs if _OUTPUTS > 1 else outs[0]
 
 
-def _launched(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, q_bias: Tensor, k_bias: Tensor, mimo_v:
-    Tensor, mimo_o: Tensor, angles: Tensor, da_cs: Tensor, da_cs_rev: Tensor, dt: Tensor, trap:
-    Tensor, segsum: Tensor, states: Tensor, qk_dot: Tensor, mimo_z: Optional[Tensor], d: Optional[
-    Tensor], z: Optional[Tensor], chunk_size: int, rotary_dim_divisor: int, output_dtype: torch.
-    dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
-    Tensor, Tensor]:
+def _launched(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_bias: Tensor,
+    k_bias: Tensor,
+    mimo_v: Tensor,
+    mimo_o: Tensor,
+    angles: Tensor,
+    da_cs: Tensor,
+    da_cs_rev: Tensor,
+    dt: Tensor,
+    trap: Tensor,
+    segsum: Tensor,
+    states: Tensor,
+    qk_dot: Tensor,
+    mimo_z: Optional[Tensor],
+    d: Optional[Tensor],
+    z: Optional[Tensor],
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    output_dtype: torch.dtype,
+) -> tuple[
+    Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor
+]:
     """The op on real tensors: the call as the function makes it."""
-    return (_to_op(_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor,
-        output_dtype, launch=True)))
+    return _to_op(
+        _call(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            states,
+            qk_dot,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+            launch=True,
+        )
+    )
 
 
 _COMPILE_ERRORS = {}
@@ -911,6 +1565,7 @@ def _compile_error(exc):
         return exc
     kind = type(exc)
     if kind not in _COMPILE_ERRORS:
+
         def init(self, message):
             Unsupported.__init__(self, message)
 
@@ -919,36 +1574,146 @@ def _compile_error(exc):
     return _COMPILE_ERRORS[kind](str(exc))
 
 
-def _allocated(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype):
+def _allocated(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+):
     """The opaque op on fake tensors: the checks and the outputs, no launch; an argument's error
     as :func:`_compile_error` makes it."""
     try:
-        return (_to_op(_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs,
-            da_cs_rev, dt, trap, segsum, states, qk_dot, mimo_z, d, z, chunk_size,
-            rotary_dim_divisor, output_dtype, launch=False)))
+        return _to_op(
+            _call(
+                dout,
+                q,
+                k,
+                v,
+                q_bias,
+                k_bias,
+                mimo_v,
+                mimo_o,
+                angles,
+                da_cs,
+                da_cs_rev,
+                dt,
+                trap,
+                segsum,
+                states,
+                qk_dot,
+                mimo_z,
+                d,
+                z,
+                chunk_size,
+                rotary_dim_divisor,
+                output_dtype,
+                launch=False,
+            )
+        )
     except (TypeError, ValueError) as exc:
         raise _compile_error(exc) from None
 
 
-def _traced(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, q_bias: Tensor, k_bias: Tensor, mimo_v:
-    Tensor, mimo_o: Tensor, angles: Tensor, da_cs: Tensor, da_cs_rev: Tensor, dt: Tensor, trap:
-    Tensor, segsum: Tensor, states: Tensor, qk_dot: Tensor, mimo_z: Optional[Tensor], d: Optional[
-    Tensor], z: Optional[Tensor], chunk_size: int, rotary_dim_divisor: int, output_dtype: torch.
-    dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
-    Tensor, Tensor]:
+def _traced(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_bias: Tensor,
+    k_bias: Tensor,
+    mimo_v: Tensor,
+    mimo_o: Tensor,
+    angles: Tensor,
+    da_cs: Tensor,
+    da_cs_rev: Tensor,
+    dt: Tensor,
+    trap: Tensor,
+    segsum: Tensor,
+    states: Tensor,
+    qk_dot: Tensor,
+    mimo_z: Optional[Tensor],
+    d: Optional[Tensor],
+    z: Optional[Tensor],
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    output_dtype: torch.dtype,
+) -> tuple[
+    Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor
+]:
     """The op as torch.compile traces it: the kernels launched through torch.library.wrap_triton,
     or the opaque op where they cannot be traced (:func:`_traceable`)."""
     try:
-        outs = (_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-            trap, segsum, states, qk_dot, mimo_z, d, z, chunk_size, rotary_dim_divisor,
-            output_dtype, launch=True, traced=True))
+        outs = _call(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            states,
+            qk_dot,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+            launch=True,
+            traced=True,
+        )
     except (TypeError, ValueError) as exc:
         raise _compile_error(exc) from None
     if outs is _OPAQUE:
-        return (torch.ops.opgen.mamba3_mimo_bwd_bwd_opaque(dout, q, k, v, q_bias, k_bias, mimo_v,
-            mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum, states, qk_dot, mimo_z, d, z,
-            chunk_size, rotary_dim_divisor, output_dtype))
+        return torch.ops.opgen.mamba3_mimo_bwd_bwd_opaque(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            states,
+            qk_dot,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+        )
     return _to_op(outs)
 
 

@@ -13,25 +13,22 @@ are in the comments.
 Chip figures: CANN platform_config Ascend910B1.ini; triton-ascend programming guide (UB 192 KB)
 """
 
-CHIP = 'ascend910b1'
-BACKEND = 'npu'
-RENDERING = 'npu'
-BUDGET_KIND = 'ub_bytes'
+CHIP = "ascend910b1"
+BACKEND = "npu"
+RENDERING = "npu"
+BUDGET_KIND = "ub_bytes"
 BUDGET = 196608
 PROGRAMS = None
-KEY = ('dtype', 'C', 'has_z', 'R', 'N', 'P', 'work')
+KEY = ("dtype", "C", "has_z", "R", "N", "P", "work")
 BUCKETED = (3, 4, 5, 6)  # positions in KEY that hold bucket indices
 
 # name -> (variant, tunables): each distinct config of the table once
-CONFIGS = {
-}
+CONFIGS = {}
 
 # key -> config: the tuned rows, each with the shapes it stands for and what its winner measured
-TUNED = {
-}
+TUNED = {}
 
 # (plain fields of KEY, (first, last) bucket index per field of BUCKETED, config): the other
 # bucket combinations, each served by the tuned point measured fastest there (marked "measured
 # fastest here") or else by the nearest tuned row that is legal and fits there
-FILL = (
-)
+FILL = ()

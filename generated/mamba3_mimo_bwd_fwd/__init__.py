@@ -17,6 +17,7 @@ da_cs and da_cs_rev [B,H,S] are copied when strided: a model's [B,S,H] slice tra
 contiguous out of their cumulative sum; segsum is its own op's output, and q_bias, k_bias,
 mimo_v, mimo_o, mimo_z and d are parameters of a few kB, so a copy of a strided one is cheap.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -39,41 +40,41 @@ _DTYPE_NAMES = {
 
 # (device type, substring of the driver's device name, table module)
 _CHIPS = (
-    ('npu', ('Ascend910B1',), 'ascend910b1'),
-    ('npu', ('Ascend910B2',), 'ascend910b2'),
-    ('npu', ('Ascend910B3',), 'ascend910b3'),
-    ('npu', ('Ascend910B4',), 'ascend910b4'),
-    ('npu', ('Ascend910_93',), 'ascend910_93'),
-    ('npu', ('Ascend950',), 'ascend950'),
-    ('cuda', ('H100',), 'h100'),
-    ('cuda', ('H200',), 'h200'),
+    ("npu", ("Ascend910B1",), "ascend910b1"),
+    ("npu", ("Ascend910B2",), "ascend910b2"),
+    ("npu", ("Ascend910B3",), "ascend910b3"),
+    ("npu", ("Ascend910B4",), "ascend910b4"),
+    ("npu", ("Ascend910_93",), "ascend910_93"),
+    ("npu", ("Ascend950",), "ascend950"),
+    ("cuda", ("H100",), "h100"),
+    ("cuda", ("H200",), "h200"),
 )
 
 # variant name -> options, in axis order ('ALGO', 'RANK_LOOP', 'PRE')
 _VARIANTS = {
-    'aux_dynamic_fused': ('aux', 'dynamic', 'fused'),
-    'aux_dynamic_separate': ('aux', 'dynamic', 'separate'),
-    'aux_static_fused': ('aux', 'static', 'fused'),
-    'aux_static_separate': ('aux', 'static', 'separate'),
-    'fold_static_separate': ('fold', 'static', 'separate'),
-    'nblocked_dynamic_fused': ('nblocked', 'dynamic', 'fused'),
-    'nblocked_dynamic_separate': ('nblocked', 'dynamic', 'separate'),
-    'nblocked_static_fused': ('nblocked', 'static', 'fused'),
-    'nblocked_static_separate': ('nblocked', 'static', 'separate'),
-    'post_dynamic_fused': ('post', 'dynamic', 'fused'),
-    'post_dynamic_separate': ('post', 'dynamic', 'separate'),
-    'post_static_fused': ('post', 'static', 'fused'),
-    'post_static_separate': ('post', 'static', 'separate'),
-    'rankfold_dynamic_separate': ('rankfold', 'dynamic', 'separate'),
-    'rankfold_static_separate': ('rankfold', 'static', 'separate'),
-    'split_static_separate': ('split', 'static', 'separate'),
-    'splitscan_static_separate': ('splitscan', 'static', 'separate'),
-    'stage0_dynamic_separate': ('stage0', 'dynamic', 'separate'),
-    'stage0_static_separate': ('stage0', 'static', 'separate'),
-    'staged_dynamic_fused': ('staged', 'dynamic', 'fused'),
-    'staged_dynamic_separate': ('staged', 'dynamic', 'separate'),
-    'staged_static_fused': ('staged', 'static', 'fused'),
-    'staged_static_separate': ('staged', 'static', 'separate'),
+    "aux_dynamic_fused": ("aux", "dynamic", "fused"),
+    "aux_dynamic_separate": ("aux", "dynamic", "separate"),
+    "aux_static_fused": ("aux", "static", "fused"),
+    "aux_static_separate": ("aux", "static", "separate"),
+    "fold_static_separate": ("fold", "static", "separate"),
+    "nblocked_dynamic_fused": ("nblocked", "dynamic", "fused"),
+    "nblocked_dynamic_separate": ("nblocked", "dynamic", "separate"),
+    "nblocked_static_fused": ("nblocked", "static", "fused"),
+    "nblocked_static_separate": ("nblocked", "static", "separate"),
+    "post_dynamic_fused": ("post", "dynamic", "fused"),
+    "post_dynamic_separate": ("post", "dynamic", "separate"),
+    "post_static_fused": ("post", "static", "fused"),
+    "post_static_separate": ("post", "static", "separate"),
+    "rankfold_dynamic_separate": ("rankfold", "dynamic", "separate"),
+    "rankfold_static_separate": ("rankfold", "static", "separate"),
+    "split_static_separate": ("split", "static", "separate"),
+    "splitscan_static_separate": ("splitscan", "static", "separate"),
+    "stage0_dynamic_separate": ("stage0", "dynamic", "separate"),
+    "stage0_static_separate": ("stage0", "static", "separate"),
+    "staged_dynamic_fused": ("staged", "dynamic", "fused"),
+    "staged_dynamic_separate": ("staged", "dynamic", "separate"),
+    "staged_static_fused": ("staged", "static", "fused"),
+    "staged_static_separate": ("staged", "static", "separate"),
 }
 
 _TABLE_CACHE: dict = {}
@@ -118,12 +119,16 @@ def _tensor(name, x, dims, dtypes):
     if not isinstance(x, torch.Tensor):
         raise _error(TypeError, f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided or x.is_nested:
-        raise _error(TypeError,
+        raise _error(
+            TypeError,
             f"{name} must be a dense tensor (the kernels index memory through strides), got "
-            f"{'a nested tensor' if x.is_nested else x.layout}: pass {name}.to_dense()")
+            f"{'a nested tensor' if x.is_nested else x.layout}: pass {name}.to_dense()",
+        )
     if x.dim() != len(dims):
-        raise _error(ValueError,
-            f"{name} must have {len(dims)} dims [{', '.join(dims)}], got shape {tuple(x.shape)}")
+        raise _error(
+            ValueError,
+            f"{name} must have {len(dims)} dims [{', '.join(dims)}], got shape {tuple(x.shape)}",
+        )
     dtype = _DTYPE_NAMES.get(x.dtype)
     if dtype not in dtypes:
         raise _error(TypeError, f"{name}.dtype must be one of {', '.join(dtypes)}, got {x.dtype}")
@@ -135,16 +140,19 @@ def _no_grad(*named):
     outputs would carry no gradient back to it."""
     for name, x in named:
         if x is not None and x.requires_grad:
-            raise _error(NotImplementedError,
+            raise _error(
+                NotImplementedError,
                 f"{name} requires grad, but the op has no backward (its outputs "
-                f"would carry no gradient to {name}): call it under torch.no_grad() or on "
-                f"{name}.detach()")
+                f"would carry no gradient to {name}): call it under torch.no_grad() or on {name}.detach()",
+            )
 
 
 def _dim(name, x, axis, symbol, expected, origin):
     if x.shape[axis] != expected:
-        raise _error(ValueError,
-            f"{name}.shape[{axis}] must be {symbol} = {expected} ({origin}), got {x.shape[axis]}")
+        raise _error(
+            ValueError,
+            f"{name}.shape[{axis}] must be {symbol} = {expected} ({origin}), got {x.shape[axis]}",
+        )
 
 
 def _int(name, x, choices):
@@ -160,8 +168,10 @@ def _dtype(name, x, choices):
         raise _error(TypeError, f"{name} must be a torch.dtype, got {type(x).__name__} {x!r}")
     dtype = _DTYPE_NAMES.get(x)
     if dtype is None or (choices is not None and dtype not in choices):
-        raise _error(ValueError,
-            f"{name} must be one of {', '.join(choices or _DTYPE_NAMES.values())}, got {x}")
+        raise _error(
+            ValueError,
+            f"{name} must be one of {', '.join(choices or _DTYPE_NAMES.values())}, got {x}",
+        )
     return dtype
 
 
@@ -173,8 +183,10 @@ def _table(device):
         return table
     if device.type == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise _error(NotImplementedError,
-                "CPU tensors run only under the Triton interpreter (set TRITON_INTERPRET=1)")
+            raise _error(
+                NotImplementedError,
+                "CPU tensors run only under the Triton interpreter (set TRITON_INTERPRET=1)",
+            )
         from .. import _interpreter
 
         _interpreter.patch_bf16()  # the interpreter computes on bf16 bits, not values, without it
@@ -182,15 +194,24 @@ def _table(device):
     elif device.type in ("cuda", "npu"):
         backend = getattr(torch, device.type, None)
         if backend is None:
-            raise _error(NotImplementedError,
-                f"torch has no {device.type!r} backend (for npu, import torch_npu first)")
+            raise _error(
+                NotImplementedError,
+                f"torch has no {device.type!r} backend (for npu, import torch_npu first)",
+            )
         device_name = backend.get_device_name(device)
-        name = (next((t for kind, subs, t in _CHIPS if kind == device.type and any(s in device_name
-            for s in subs)), None))
+        name = next(
+            (
+                t
+                for kind, subs, t in _CHIPS
+                if kind == device.type and any(s in device_name for s in subs)
+            ),
+            None,
+        )
         if name is None:
-            raise _error(NotImplementedError,
-                f"no dispatch table for device {device_name!r}; tables: "
-                f"{', '.join(t for _, _, t in _CHIPS)}")
+            raise _error(
+                NotImplementedError,
+                f"no dispatch table for device {device_name!r}; tables: {', '.join(t for _, _, t in _CHIPS)}",
+            )
     else:
         raise _error(NotImplementedError, f"no dispatch table for device type {device.type!r}")
     table = importlib.import_module(f"{__name__}.table_{name}")
@@ -207,8 +228,14 @@ def _lookup(table, key):
         if name is None:
             plain = tuple(v for i, v in enumerate(key) if i not in table.BUCKETED)
             index = tuple(key[i] for i in table.BUCKETED)
-            name = next((n for p, box, n in table.FILL if p == plain
-                         and all(lo <= i <= hi for i, (lo, hi) in zip(index, box))), None)
+            name = next(
+                (
+                    n
+                    for p, box, n in table.FILL
+                    if p == plain and all(lo <= i <= hi for i, (lo, hi) in zip(index, box))
+                ),
+                None,
+            )
         cache[key] = None if name is None else table.CONFIGS[name]
     return cache[key]
 
@@ -247,131 +274,529 @@ def _in_place(x):
     return x if x is None or x.stride(-1) == 1 else x.contiguous()
 
 
-def _smem_bytes_cuda(ALGO, BLOCK_N, BLOCK_P, C, DOT_PRECISION, GATE_KERNEL, L, N, NA, NC, P, R,
-    RANK_LOOP, ROW_TILES, STATE_BLOCK_N, STATE_BLOCK_P, STATE_TRANSPOSED, es, has_z, num_stages,
-    num_warps):
+def _smem_bytes_cuda(
+    ALGO,
+    BLOCK_N,
+    BLOCK_P,
+    C,
+    DOT_PRECISION,
+    GATE_KERNEL,
+    L,
+    N,
+    NA,
+    NC,
+    P,
+    R,
+    RANK_LOOP,
+    ROW_TILES,
+    STATE_BLOCK_N,
+    STATE_BLOCK_P,
+    STATE_TRANSPOSED,
+    es,
+    has_z,
+    num_stages,
+    num_warps,
+):
     """Estimated smem_bytes of a cuda point (the spec's budget formula; its largest kernel)."""
-    return (max(0 if ALGO not in ('split', 'splitscan') else max((8 if DOT_PRECISION in ('tf32x3',
-        'tf32x3_split', 'bf16x6') else 4) * (1 if L >= 64 and num_warps >= 4 or DOT_PRECISION ==
-        'ieee' else 0) * BLOCK_N * (2 * L + BLOCK_P) + (num_stages - 1 if cdiv(NA, BLOCK_N // 2) > 1
-        or N // BLOCK_N - cdiv(NA, BLOCK_N // 2) > 1 else 0) * (2 * C * BLOCK_N + 2 * es * L *
-        BLOCK_N + 8 * (R if ROW_TILES else L) * BLOCK_N + 4 * BLOCK_N * BLOCK_P), (8 if
-        DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * (1 if L >= 64 and num_warps
-        >= 4 or DOT_PRECISION == 'ieee' else 0) * L * (BLOCK_P + (L if DOT_PRECISION == 'ieee' or
-        num_warps >= 8 else 0)) + 4 * L, 4 * max(L * L, L * BLOCK_P, BLOCK_N * BLOCK_P)), 0 if ALGO
-        not in ('split', 'splitscan') else (8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split',
-        'bf16x6') else 4) * L * (STATE_BLOCK_N + (STATE_BLOCK_P if DOT_PRECISION == 'ieee' or (not
-        STATE_TRANSPOSED and STATE_BLOCK_N >= 64 and (L >= 64) and (num_warps >= 4)) else 0)) + (max
-        (0, num_stages - 1) * (16 * L + 4 * C * STATE_BLOCK_P) if ALGO == 'split' else 0), 0 if ALGO
-        != 'splitscan' or num_warps < 4 else 2 * 4 * 16 * min(N * P, 256) * (num_warps // 4), 0 if
-        ALGO not in ('split', 'splitscan') or not GATE_KERNEL or (not has_z) else 4 * num_warps *
-        max(R, 4) * min(BLOCK_P, max(16, 4096 // L)), 0 if ALGO not in ('split', 'splitscan') else 4
-        * num_warps * R * min(BLOCK_P, 16), 0 if ALGO != 'fold' else (8 if DOT_PRECISION in (
-        'tf32x3', 'tf32x3_split', 'bf16x6') else 4) * (2 * L * N + L * L + (L + N) * BLOCK_P) + max(
-        0, num_stages - 1) * (4 * L * N * (es + 4) + 4 * L * N + 4 * L * L + L * BLOCK_P * ((es + 4)
-        * (2 if has_z else 1) + es) + 32 * L), 0 if ALGO != 'aux' else max(((8 if DOT_PRECISION in (
-        'tf32x3', 'tf32x3_split', 'bf16x6') else 4) * ((1 if DOT_PRECISION == 'ieee' or (C >= 64 and
-        num_warps >= 4) else 0) * C * N + (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) *
-        N * C) if C >= 16 and N >= 16 else 4 * C * C * min(num_warps, N)) + ((8 if DOT_PRECISION in
-        ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * ((1 if DOT_PRECISION == 'ieee' or (C >= 64
-        and num_warps >= 4) else 0) * C * C + (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0
-        ) * C * BLOCK_P) if C >= 16 and BLOCK_P >= 16 else 4 * C * BLOCK_P * min(num_warps, C)), (8
-        if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * ((1 if DOT_PRECISION ==
-        'ieee' or (N >= 64 and num_warps >= 4) else 0) * N * C + (1 if DOT_PRECISION == 'ieee' or
-        num_warps >= 4 else 0) * C * BLOCK_P) if C >= 16 and BLOCK_P >= 16 and (N >= 16) else 4 * N
-        * BLOCK_P * min(num_warps, C)) + (max(0, num_stages - 1) * 4 * C * N if RANK_LOOP ==
-        'dynamic' and R > 1 else 0) + 4 * max(C * N, N * BLOCK_P) + 4 * C * C, 0 if ALGO != 'aux'
-        else (8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * N * BLOCK_P * (1
-        if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) + ((8 if DOT_PRECISION in ('tf32x3',
-        'tf32x3_split', 'bf16x6') else 4) * C * N if DOT_PRECISION == 'ieee' or (C >= 64 and
-        num_warps >= 4) else 4 * C * N) + max(0, num_stages - 1) * ((4 * R * C * N + 4 * N * BLOCK_P
-        +4 * pow2(R) * BLOCK_P + es * C * BLOCK_P if NC > 1 else 0) if RANK_LOOP == 'static' else 4
-        * C * N if R > 1 else 0) if C >= 16 and N >= 16 and (BLOCK_P >= 16) else max(4 * C * N * max
-        (1, num_stages - 1), 4 * C * BLOCK_P * num_warps), 0 if ALGO not in ('staged', 'post',
-        'nblocked') else max((8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * N
-        * BLOCK_P * (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) + ((8 if DOT_PRECISION
-        in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * C * N if DOT_PRECISION == 'ieee' or
-        num_warps >= 4 else 4 * C * N) if C >= 16 and N >= 16 and (BLOCK_P >= 16) else max(4 * C *
-        N, 4 * C * BLOCK_P * num_warps), ((8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6'
-        ) else 4) * ((1 if DOT_PRECISION == 'ieee' or (C >= 64 and num_warps >= 4) else 0) * C * N +
-        (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) * N * C) if C >= 16 and N >= 16 else
-        4 * C * C * min(num_warps, N)) + ((8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6'
-        ) else 4) * ((1 if DOT_PRECISION == 'ieee' or (C >= 64 and num_warps >= 4) else 0) * C * C +
-        (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) * C * BLOCK_P) if C >= 16 and
-        BLOCK_P >= 16 else 4 * C * BLOCK_P * min(num_warps, C)), (8 if DOT_PRECISION in ('tf32x3',
-        'tf32x3_split', 'bf16x6') else 4) * ((1 if DOT_PRECISION == 'ieee' or (N >= 64 and num_warps
-        >= 4) else 0) * N * C + (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) * C *
-        BLOCK_P) if C >= 16 and BLOCK_P >= 16 and (N >= 16) else 4 * N * BLOCK_P * min(num_warps, C)
-        ) + max(0, num_stages - 1) * ((8 * R * C * N + 4 * C * C + es * C * BLOCK_P * (3 if has_z
-        else 2) + (4 * N * BLOCK_P if ALGO == 'nblocked' else 0) if NC > 1 and C >= 16 and (N >= 16)
-        and (BLOCK_P >= 16) else 0) if RANK_LOOP == 'static' else (8 if ALGO == 'nblocked' else 4) *
-        C * N + 4 * BLOCK_P if R > 1 else 0) + 4 * max(C * N, N * BLOCK_P) + 4 * C * C + 4 * C *
-        BLOCK_P + (4 * N * BLOCK_P if ALGO == 'nblocked' else 0), 0 if ALGO != 'rankfold' else max((
-        8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * N * BLOCK_P * (1 if
-        DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) + ((8 if DOT_PRECISION in ('tf32x3',
-        'tf32x3_split', 'bf16x6') else 4) * C * N if DOT_PRECISION == 'ieee' or num_warps >= 4 else
-        4 * C * N) if C >= 16 and N >= 16 and (BLOCK_P >= 16) else max(4 * C * N, 4 * C * BLOCK_P *
-        num_warps), (((8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * C * N if
-        DOT_PRECISION == 'ieee' or (C >= 64 and num_warps >= 4) else 4 * C * N) + (8 if
-        DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4) * N * C * R * (1 if
-        DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) if C >= 16 and N >= 16 else 4 * C * C * R
-        * min(num_warps, N)) + ((8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6') else 4)
-        * ((1 if DOT_PRECISION == 'ieee' or (C >= 64 and num_warps >= 4) else 0) * C * C * R + (1 if
-        DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) * C * R * BLOCK_P) if C >= 16 and BLOCK_P
-        >= 16 else 4 * C * BLOCK_P * min(num_warps, C * R)), (8 if DOT_PRECISION in ('tf32x3',
-        'tf32x3_split', 'bf16x6') else 4) * ((1 if DOT_PRECISION == 'ieee' or (N >= 64 and num_warps
-        >= 4) else 0) * N * C * R + (1 if DOT_PRECISION == 'ieee' or num_warps >= 4 else 0) * C * R
-        * BLOCK_P) if C * R >= 16 and BLOCK_P >= 16 and (N >= 16) else 4 * N * BLOCK_P * min(
-        num_warps, C * R)) + max(0, num_stages - 1) * ((4 * R * C * N + 4 * C * R * N + 4 * C * C *
-        R + (es + 4) * C * R * BLOCK_P + es * C * BLOCK_P * (2 if has_z else 1) if NC > 1 and C >=
-        16 and (N >= 16) and (BLOCK_P >= 16) else 0) if RANK_LOOP == 'static' else 4 * C * N) + 4 *
-        max(C * R * N, N * BLOCK_P) + 4 * C * C * R, 0 if ALGO != 'post' else 4 * BLOCK_P * max(4,
-        num_warps) * (2 if has_z else 1), 0 if ALGO != 'post' else 4 * pow2(R) * BLOCK_P * max(1,
-        num_stages - 1) * (2 if has_z else 1), 0 if ALGO in ('fold', 'split', 'splitscan', 'aux',
-        'staged', 'post', 'nblocked', 'rankfold') else max(1, num_stages - 1) * (2 * C * N * 4 + C *
-        BLOCK_P * 4) + N * BLOCK_P * 4 + (8 if DOT_PRECISION in ('tf32x3', 'tf32x3_split', 'bf16x6')
-        else 4) * (C * N + N * BLOCK_P + C * C + C * BLOCK_P)))
+    return max(
+        (
+            0
+            if ALGO not in ("split", "splitscan")
+            else max(
+                (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                * (1 if L >= 64 and num_warps >= 4 or DOT_PRECISION == "ieee" else 0)
+                * BLOCK_N
+                * (2 * L + BLOCK_P)
+                + (
+                    num_stages - 1
+                    if cdiv(NA, BLOCK_N // 2) > 1 or N // BLOCK_N - cdiv(NA, BLOCK_N // 2) > 1
+                    else 0
+                )
+                * (
+                    2 * C * BLOCK_N
+                    + 2 * es * L * BLOCK_N
+                    + 8 * (R if ROW_TILES else L) * BLOCK_N
+                    + 4 * BLOCK_N * BLOCK_P
+                ),
+                (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                * (1 if L >= 64 and num_warps >= 4 or DOT_PRECISION == "ieee" else 0)
+                * L
+                * (BLOCK_P + (L if DOT_PRECISION == "ieee" or num_warps >= 8 else 0))
+                + 4 * L,
+                4 * max(L * L, L * BLOCK_P, BLOCK_N * BLOCK_P),
+            )
+        ),
+        (
+            0
+            if ALGO not in ("split", "splitscan")
+            else (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+            * L
+            * (
+                STATE_BLOCK_N
+                + (
+                    STATE_BLOCK_P
+                    if DOT_PRECISION == "ieee"
+                    or (
+                        not STATE_TRANSPOSED
+                        and STATE_BLOCK_N >= 64
+                        and (L >= 64)
+                        and (num_warps >= 4)
+                    )
+                    else 0
+                )
+            )
+            + (max(0, num_stages - 1) * (16 * L + 4 * C * STATE_BLOCK_P) if ALGO == "split" else 0)
+        ),
+        (
+            0
+            if ALGO != "splitscan" or num_warps < 4
+            else 2 * 4 * 16 * min(N * P, 256) * (num_warps // 4)
+        ),
+        (
+            0
+            if ALGO not in ("split", "splitscan") or not GATE_KERNEL or (not has_z)
+            else 4 * num_warps * max(R, 4) * min(BLOCK_P, max(16, 4096 // L))
+        ),
+        0 if ALGO not in ("split", "splitscan") else 4 * num_warps * R * min(BLOCK_P, 16),
+        (
+            0
+            if ALGO != "fold"
+            else (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+            * (2 * L * N + L * L + (L + N) * BLOCK_P)
+            + max(0, num_stages - 1)
+            * (
+                4 * L * N * (es + 4)
+                + 4 * L * N
+                + 4 * L * L
+                + L * BLOCK_P * ((es + 4) * (2 if has_z else 1) + es)
+                + 32 * L
+            )
+        ),
+        (
+            0
+            if ALGO != "aux"
+            else max(
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4) else 0)
+                        * C
+                        * N
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * N * C
+                    )
+                    if C >= 16 and N >= 16
+                    else 4 * C * C * min(num_warps, N)
+                )
+                + (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4) else 0)
+                        * C
+                        * C
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * C * BLOCK_P
+                    )
+                    if C >= 16 and BLOCK_P >= 16
+                    else 4 * C * BLOCK_P * min(num_warps, C)
+                ),
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (N >= 64 and num_warps >= 4) else 0)
+                        * N
+                        * C
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * C * BLOCK_P
+                    )
+                    if C >= 16 and BLOCK_P >= 16 and (N >= 16)
+                    else 4 * N * BLOCK_P * min(num_warps, C)
+                ),
+            )
+            + (max(0, num_stages - 1) * 4 * C * N if RANK_LOOP == "dynamic" and R > 1 else 0)
+            + 4 * max(C * N, N * BLOCK_P)
+            + 4 * C * C
+        ),
+        (
+            0
+            if ALGO != "aux"
+            else (
+                (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                * N
+                * BLOCK_P
+                * (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0)
+                + (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4) * C * N
+                    if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4)
+                    else 4 * C * N
+                )
+                + max(0, num_stages - 1)
+                * (
+                    (
+                        4 * R * C * N + 4 * N * BLOCK_P + 4 * pow2(R) * BLOCK_P + es * C * BLOCK_P
+                        if NC > 1
+                        else 0
+                    )
+                    if RANK_LOOP == "static"
+                    else 4 * C * N if R > 1 else 0
+                )
+                if C >= 16 and N >= 16 and (BLOCK_P >= 16)
+                else max(4 * C * N * max(1, num_stages - 1), 4 * C * BLOCK_P * num_warps)
+            )
+        ),
+        (
+            0
+            if ALGO not in ("staged", "post", "nblocked")
+            else max(
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * N
+                    * BLOCK_P
+                    * (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0)
+                    + (
+                        (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4) * C * N
+                        if DOT_PRECISION == "ieee" or num_warps >= 4
+                        else 4 * C * N
+                    )
+                    if C >= 16 and N >= 16 and (BLOCK_P >= 16)
+                    else max(4 * C * N, 4 * C * BLOCK_P * num_warps)
+                ),
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4) else 0)
+                        * C
+                        * N
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * N * C
+                    )
+                    if C >= 16 and N >= 16
+                    else 4 * C * C * min(num_warps, N)
+                )
+                + (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4) else 0)
+                        * C
+                        * C
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * C * BLOCK_P
+                    )
+                    if C >= 16 and BLOCK_P >= 16
+                    else 4 * C * BLOCK_P * min(num_warps, C)
+                ),
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (N >= 64 and num_warps >= 4) else 0)
+                        * N
+                        * C
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * C * BLOCK_P
+                    )
+                    if C >= 16 and BLOCK_P >= 16 and (N >= 16)
+                    else 4 * N * BLOCK_P * min(num_warps, C)
+                ),
+            )
+            + max(0, num_stages - 1)
+            * (
+                (
+                    8 * R * C * N
+                    + 4 * C * C
+                    + es * C * BLOCK_P * (3 if has_z else 2)
+                    + (4 * N * BLOCK_P if ALGO == "nblocked" else 0)
+                    if NC > 1 and C >= 16 and (N >= 16) and (BLOCK_P >= 16)
+                    else 0
+                )
+                if RANK_LOOP == "static"
+                else (8 if ALGO == "nblocked" else 4) * C * N + 4 * BLOCK_P if R > 1 else 0
+            )
+            + 4 * max(C * N, N * BLOCK_P)
+            + 4 * C * C
+            + 4 * C * BLOCK_P
+            + (4 * N * BLOCK_P if ALGO == "nblocked" else 0)
+        ),
+        (
+            0
+            if ALGO != "rankfold"
+            else max(
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * N
+                    * BLOCK_P
+                    * (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0)
+                    + (
+                        (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4) * C * N
+                        if DOT_PRECISION == "ieee" or num_warps >= 4
+                        else 4 * C * N
+                    )
+                    if C >= 16 and N >= 16 and (BLOCK_P >= 16)
+                    else max(4 * C * N, 4 * C * BLOCK_P * num_warps)
+                ),
+                (
+                    (
+                        (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4) * C * N
+                        if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4)
+                        else 4 * C * N
+                    )
+                    + (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * N
+                    * C
+                    * R
+                    * (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0)
+                    if C >= 16 and N >= 16
+                    else 4 * C * C * R * min(num_warps, N)
+                )
+                + (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (C >= 64 and num_warps >= 4) else 0)
+                        * C
+                        * C
+                        * R
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * C * R * BLOCK_P
+                    )
+                    if C >= 16 and BLOCK_P >= 16
+                    else 4 * C * BLOCK_P * min(num_warps, C * R)
+                ),
+                (
+                    (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+                    * (
+                        (1 if DOT_PRECISION == "ieee" or (N >= 64 and num_warps >= 4) else 0)
+                        * N
+                        * C
+                        * R
+                        + (1 if DOT_PRECISION == "ieee" or num_warps >= 4 else 0) * C * R * BLOCK_P
+                    )
+                    if C * R >= 16 and BLOCK_P >= 16 and (N >= 16)
+                    else 4 * N * BLOCK_P * min(num_warps, C * R)
+                ),
+            )
+            + max(0, num_stages - 1)
+            * (
+                (
+                    4 * R * C * N
+                    + 4 * C * R * N
+                    + 4 * C * C * R
+                    + (es + 4) * C * R * BLOCK_P
+                    + es * C * BLOCK_P * (2 if has_z else 1)
+                    if NC > 1 and C >= 16 and (N >= 16) and (BLOCK_P >= 16)
+                    else 0
+                )
+                if RANK_LOOP == "static"
+                else 4 * C * N
+            )
+            + 4 * max(C * R * N, N * BLOCK_P)
+            + 4 * C * C * R
+        ),
+        0 if ALGO != "post" else 4 * BLOCK_P * max(4, num_warps) * (2 if has_z else 1),
+        (
+            0
+            if ALGO != "post"
+            else 4 * pow2(R) * BLOCK_P * max(1, num_stages - 1) * (2 if has_z else 1)
+        ),
+        (
+            0
+            if ALGO
+            in ("fold", "split", "splitscan", "aux", "staged", "post", "nblocked", "rankfold")
+            else max(1, num_stages - 1) * (2 * C * N * 4 + C * BLOCK_P * 4)
+            + N * BLOCK_P * 4
+            + (8 if DOT_PRECISION in ("tf32x3", "tf32x3_split", "bf16x6") else 4)
+            * (C * N + N * BLOCK_P + C * C + C * BLOCK_P)
+        ),
+    )
 
 
-def _ub_bytes_npu(ALGO, BLOCK_N, BLOCK_P, C, GATE_KERNEL, L, N, P, PRE, R, STATE_BLOCK_N,
-    STATE_BLOCK_P, has_z, multibuffer):
+def _ub_bytes_npu(
+    ALGO,
+    BLOCK_N,
+    BLOCK_P,
+    C,
+    GATE_KERNEL,
+    L,
+    N,
+    P,
+    PRE,
+    R,
+    STATE_BLOCK_N,
+    STATE_BLOCK_P,
+    has_z,
+    multibuffer,
+):
     """Estimated ub_bytes of a npu point (the spec's budget formula; its largest kernel)."""
-    return (max(0 if ALGO in ('fold', 'split', 'splitscan') else 4 * C * (N // 2) * (5 * (2 if
-        multibuffer else 1) + 6 + (2 if PRE == 'fused' else 0)), 0 if ALGO != 'aux' else 4 * ((2 * C
-        * N + 2 * C * BLOCK_P) * (2 if multibuffer else 1) + 2 * C * C + 2 * C * BLOCK_P + N *
-        BLOCK_P + pow2(R) * BLOCK_P), 0 if ALGO != 'post' else 4 * (3 * C * BLOCK_P * (2 if
-        multibuffer else 1) + 3 * C * BLOCK_P + 2 * pow2(R) * BLOCK_P), 0 if ALGO != 'fold' else 4 *
-        ((5 * L * N + 3 * L * BLOCK_P + L * L) * (2 if multibuffer else 1) + 4 * L * N + 2 * L * L +
-        8 * L * BLOCK_P + 2 * N * BLOCK_P), 0 if ALGO != 'split' else 4 * ((2 * L * STATE_BLOCK_N +
-        C * STATE_BLOCK_N + L * STATE_BLOCK_P) * (2 if multibuffer else 1) + 7 * L * STATE_BLOCK_N +
-        2 * C * STATE_BLOCK_N + 2 * L * STATE_BLOCK_P + 2 * STATE_BLOCK_N * STATE_BLOCK_P), 0 if
-        ALGO != 'splitscan' else 4 * ((2 * L * STATE_BLOCK_N + C * STATE_BLOCK_N + L * STATE_BLOCK_P
-        ) * (2 if multibuffer else 1) + 7 * L * STATE_BLOCK_N + 2 * C * STATE_BLOCK_N + 2 * L *
-        STATE_BLOCK_P + STATE_BLOCK_N * STATE_BLOCK_P), 0 if ALGO != 'splitscan' else 4 * 16 * min(N
-        * P, 256) * ((2 if multibuffer else 1) + 4) + 4 * min(N * P, 256), 0 if ALGO not in (
-        'split', 'splitscan') or not GATE_KERNEL or (not has_z) else 4 * ((L * BLOCK_P + 2 * C *
-        BLOCK_P + 2 * R * BLOCK_P) * (2 if multibuffer else 1) + 8 * L * BLOCK_P), 0 if ALGO not in
-        ('split', 'splitscan') else 4 * ((8 * L * BLOCK_N + C * BLOCK_N + BLOCK_N * BLOCK_P + 3 * L
-        * BLOCK_P + C * C) * (2 if multibuffer else 1) + 6 * L * BLOCK_N + C * C + 3 * L * L + 10 *
-        L * BLOCK_P), 0 if ALGO not in ('split', 'splitscan') else 4 * 2 * 4096 * ((2 if multibuffer
-        else 1) + 1), 0 if ALGO in ('fold', 'split', 'splitscan') else 4 * ((C * N // (2 if ALGO ==
-        'nblocked' else 1) + C * BLOCK_P + (N * BLOCK_P if ALGO == 'aux' else (R * C if ALGO ==
-        'rankfold' else C) * N // (2 if ALGO == 'nblocked' else 1) + C * BLOCK_P)) * (2 if
-        multibuffer else 1) + 2 * N * BLOCK_P // (2 if ALGO == 'nblocked' else 1) + C * BLOCK_P + 2
-        * pow2(R) * BLOCK_P + (0 if ALGO == 'aux' else (R * C if ALGO == 'rankfold' else C) * (
-        BLOCK_P + 2 * C)))))
+    return max(
+        (
+            0
+            if ALGO in ("fold", "split", "splitscan")
+            else 4
+            * C
+            * (N // 2)
+            * (5 * (2 if multibuffer else 1) + 6 + (2 if PRE == "fused" else 0))
+        ),
+        (
+            0
+            if ALGO != "aux"
+            else 4
+            * (
+                (2 * C * N + 2 * C * BLOCK_P) * (2 if multibuffer else 1)
+                + 2 * C * C
+                + 2 * C * BLOCK_P
+                + N * BLOCK_P
+                + pow2(R) * BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO != "post"
+            else 4
+            * (
+                3 * C * BLOCK_P * (2 if multibuffer else 1)
+                + 3 * C * BLOCK_P
+                + 2 * pow2(R) * BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO != "fold"
+            else 4
+            * (
+                (5 * L * N + 3 * L * BLOCK_P + L * L) * (2 if multibuffer else 1)
+                + 4 * L * N
+                + 2 * L * L
+                + 8 * L * BLOCK_P
+                + 2 * N * BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO != "split"
+            else 4
+            * (
+                (2 * L * STATE_BLOCK_N + C * STATE_BLOCK_N + L * STATE_BLOCK_P)
+                * (2 if multibuffer else 1)
+                + 7 * L * STATE_BLOCK_N
+                + 2 * C * STATE_BLOCK_N
+                + 2 * L * STATE_BLOCK_P
+                + 2 * STATE_BLOCK_N * STATE_BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO != "splitscan"
+            else 4
+            * (
+                (2 * L * STATE_BLOCK_N + C * STATE_BLOCK_N + L * STATE_BLOCK_P)
+                * (2 if multibuffer else 1)
+                + 7 * L * STATE_BLOCK_N
+                + 2 * C * STATE_BLOCK_N
+                + 2 * L * STATE_BLOCK_P
+                + STATE_BLOCK_N * STATE_BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO != "splitscan"
+            else 4 * 16 * min(N * P, 256) * ((2 if multibuffer else 1) + 4) + 4 * min(N * P, 256)
+        ),
+        (
+            0
+            if ALGO not in ("split", "splitscan") or not GATE_KERNEL or (not has_z)
+            else 4
+            * (
+                (L * BLOCK_P + 2 * C * BLOCK_P + 2 * R * BLOCK_P) * (2 if multibuffer else 1)
+                + 8 * L * BLOCK_P
+            )
+        ),
+        (
+            0
+            if ALGO not in ("split", "splitscan")
+            else 4
+            * (
+                (8 * L * BLOCK_N + C * BLOCK_N + BLOCK_N * BLOCK_P + 3 * L * BLOCK_P + C * C)
+                * (2 if multibuffer else 1)
+                + 6 * L * BLOCK_N
+                + C * C
+                + 3 * L * L
+                + 10 * L * BLOCK_P
+            )
+        ),
+        0 if ALGO not in ("split", "splitscan") else 4 * 2 * 4096 * ((2 if multibuffer else 1) + 1),
+        (
+            0
+            if ALGO in ("fold", "split", "splitscan")
+            else 4
+            * (
+                (
+                    C * N // (2 if ALGO == "nblocked" else 1)
+                    + C * BLOCK_P
+                    + (
+                        N * BLOCK_P
+                        if ALGO == "aux"
+                        else (R * C if ALGO == "rankfold" else C)
+                        * N
+                        // (2 if ALGO == "nblocked" else 1)
+                        + C * BLOCK_P
+                    )
+                )
+                * (2 if multibuffer else 1)
+                + 2 * N * BLOCK_P // (2 if ALGO == "nblocked" else 1)
+                + C * BLOCK_P
+                + 2 * pow2(R) * BLOCK_P
+                + (0 if ALGO == "aux" else (R * C if ALGO == "rankfold" else C) * (BLOCK_P + 2 * C))
+            )
+        ),
+    )
 
 
-def _default_npu(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_divisor,
-    output_dtype, dout_dtype, q_dtype, k_dtype, v_dtype, q_bias_dtype, k_bias_dtype, mimo_v_dtype,
-    mimo_o_dtype, angles_dtype, da_cs_dtype, da_cs_rev_dtype, dt_dtype, trap_dtype, segsum_dtype,
-    mimo_z_dtype, d_dtype, z_dtype, mimo_z_given, d_given, z_given, C, NC, NA, has_z, dtype, es, L):
+def _default_npu(
+    budget,
+    CORES,
+    *,
+    B,
+    S,
+    H,
+    P,
+    R,
+    G,
+    N,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    dout_dtype,
+    q_dtype,
+    k_dtype,
+    v_dtype,
+    q_bias_dtype,
+    k_bias_dtype,
+    mimo_v_dtype,
+    mimo_o_dtype,
+    angles_dtype,
+    da_cs_dtype,
+    da_cs_rev_dtype,
+    dt_dtype,
+    trap_dtype,
+    segsum_dtype,
+    mimo_z_dtype,
+    d_dtype,
+    z_dtype,
+    mimo_z_given,
+    d_given,
+    z_given,
+    C,
+    NC,
+    NA,
+    has_z,
+    dtype,
+    es,
+    L,
+):
     """The spec's default choice on npu chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    ALGO = ('aux' if not has_z and B * H <= CORES and (N * P <= 16384) else 'nblocked' if N * P >
-        16384 else 'rankfold' if R >= 4 and pow2(R) == R else 'post' if NC >= 128 else 'staged')
-    RANK_LOOP = 'dynamic' if R >= 6 else 'static'
-    PRE = 'fused' if ALGO not in ('stage0', 'rankfold') and B * H * NC <= 4 * CORES else 'separate'
+    ALGO = (
+        "aux"
+        if not has_z and B * H <= CORES and (N * P <= 16384)
+        else (
+            "nblocked"
+            if N * P > 16384
+            else "rankfold" if R >= 4 and pow2(R) == R else "post" if NC >= 128 else "staged"
+        )
+    )
+    RANK_LOOP = "dynamic" if R >= 6 else "static"
+    PRE = "fused" if ALGO not in ("stage0", "rankfold") and B * H * NC <= 4 * CORES else "separate"
     variant = "_".join((ALGO, RANK_LOOP, PRE))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
@@ -384,84 +809,177 @@ def _default_npu(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_d
     CHUNK_HALVES = False
     ROW_TILES = False
     GATE_KERNEL = False
-    DOT_PRECISION = 'ieee'
-    if ALGO == 'stage0':
+    DOT_PRECISION = "ieee"
+    if ALGO == "stage0":
         BLOCK_P = P
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    if ALGO == 'staged':
+    if ALGO == "staged":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    if ALGO == 'rankfold':
+    if ALGO == "rankfold":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    if ALGO == 'aux':
+    if ALGO == "aux":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    if ALGO == 'nblocked':
+    if ALGO == "nblocked":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    if ALGO == 'post':
+    if ALGO == "post":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    if ALGO == 'fold':
+    if ALGO == "fold":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    for BLOCK_P, multibuffer in itertools.product(((P,) if ALGO == 'stage0' else (P, P // 2, P // 4,
-        P // 8,)), (True, False,)):
-        if _ub_bytes_npu(ALGO=ALGO, BLOCK_N=BLOCK_N, BLOCK_P=BLOCK_P, C=C, GATE_KERNEL=GATE_KERNEL,
-            L=L, N=N, P=P, PRE=PRE, R=R, STATE_BLOCK_N=STATE_BLOCK_N, STATE_BLOCK_P=STATE_BLOCK_P,
-            has_z=has_z, multibuffer=multibuffer) <= budget:
+    for BLOCK_P, multibuffer in itertools.product(
+        ((P,) if ALGO == "stage0" else (P, P // 2, P // 4, P // 8)), (True, False)
+    ):
+        if (
+            _ub_bytes_npu(
+                ALGO=ALGO,
+                BLOCK_N=BLOCK_N,
+                BLOCK_P=BLOCK_P,
+                C=C,
+                GATE_KERNEL=GATE_KERNEL,
+                L=L,
+                N=N,
+                P=P,
+                PRE=PRE,
+                R=R,
+                STATE_BLOCK_N=STATE_BLOCK_N,
+                STATE_BLOCK_P=STATE_BLOCK_P,
+                has_z=has_z,
+                multibuffer=multibuffer,
+            )
+            <= budget
+        ):
             break
     else:
-        raise _error(NotImplementedError,
-            f"no default configuration of {variant} fits the chip's ub_bytes ({budget})")
-    return (variant, {'BLOCK_P': BLOCK_P, 'BLOCK_N': BLOCK_N, 'STATE_BLOCK_N': STATE_BLOCK_N,
-        'STATE_BLOCK_P': STATE_BLOCK_P, 'STATE_PREFETCH': STATE_PREFETCH, 'STATE_TRANSPOSED':
-        STATE_TRANSPOSED, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'CHUNK_HALVES': CHUNK_HALVES, 'ROW_TILES':
-        ROW_TILES, 'GATE_KERNEL': GATE_KERNEL, 'DOT_PRECISION': DOT_PRECISION, 'multibuffer':
-        multibuffer})
+        raise _error(
+            NotImplementedError,
+            f"no default configuration of {variant} fits the chip's ub_bytes ({budget})",
+        )
+    return variant, {
+        "BLOCK_P": BLOCK_P,
+        "BLOCK_N": BLOCK_N,
+        "STATE_BLOCK_N": STATE_BLOCK_N,
+        "STATE_BLOCK_P": STATE_BLOCK_P,
+        "STATE_PREFETCH": STATE_PREFETCH,
+        "STATE_TRANSPOSED": STATE_TRANSPOSED,
+        "CHUNK_MAXNREG": CHUNK_MAXNREG,
+        "CHUNK_HALVES": CHUNK_HALVES,
+        "ROW_TILES": ROW_TILES,
+        "GATE_KERNEL": GATE_KERNEL,
+        "DOT_PRECISION": DOT_PRECISION,
+        "multibuffer": multibuffer,
+    }
 
 
-def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_divisor,
-    output_dtype, dout_dtype, q_dtype, k_dtype, v_dtype, q_bias_dtype, k_bias_dtype, mimo_v_dtype,
-    mimo_o_dtype, angles_dtype, da_cs_dtype, da_cs_rev_dtype, dt_dtype, trap_dtype, segsum_dtype,
-    mimo_z_dtype, d_dtype, z_dtype, mimo_z_given, d_given, z_given, C, NC, NA, has_z, dtype, es, L):
+def _default_cuda(
+    budget,
+    CORES,
+    *,
+    B,
+    S,
+    H,
+    P,
+    R,
+    G,
+    N,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    dout_dtype,
+    q_dtype,
+    k_dtype,
+    v_dtype,
+    q_bias_dtype,
+    k_bias_dtype,
+    mimo_v_dtype,
+    mimo_o_dtype,
+    angles_dtype,
+    da_cs_dtype,
+    da_cs_rev_dtype,
+    dt_dtype,
+    trap_dtype,
+    segsum_dtype,
+    mimo_z_dtype,
+    d_dtype,
+    z_dtype,
+    mimo_z_given,
+    d_given,
+    z_given,
+    C,
+    NC,
+    NA,
+    has_z,
+    dtype,
+    es,
+    L,
+):
     """The spec's default choice on cuda chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    ALGO = ('splitscan' if N * P * NC <= 524288 else 'split') if pow2(R) == R else 'staged'
-    RANK_LOOP = 'dynamic' if R >= 6 and ALGO not in ('fold', 'split', 'splitscan') else 'static'
-    PRE = ('fused' if ALGO not in ('stage0', 'rankfold', 'fold', 'split', 'splitscan') and B * H *
-        NC <= 4 * CORES else 'separate')
+    ALGO = ("splitscan" if N * P * NC <= 524288 else "split") if pow2(R) == R else "staged"
+    RANK_LOOP = "dynamic" if R >= 6 and ALGO not in ("fold", "split", "splitscan") else "static"
+    PRE = (
+        "fused"
+        if ALGO not in ("stage0", "rankfold", "fold", "split", "splitscan")
+        and B * H * NC <= 4 * CORES
+        else "separate"
+    )
     variant = "_".join((ALGO, RANK_LOOP, PRE))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
-    BLOCK_P = (P if not has_z or L <= 32 else min(P, 64)) if ALGO in ('split', 'splitscan') else P
-    BLOCK_N = ((64 if N >= 128 and L >= 64 and (P > 32) else min(N, 32)) if ALGO in ('split',
-        'splitscan') else N)
-    STATE_BLOCK_N = ((N // 2 if N >= 128 else min(N, 32)) if ALGO == 'splitscan' else ((64 if N >=
-        256 else 16) if L <= 32 else min(N, 32)) if ALGO == 'split' else N)
-    STATE_BLOCK_P = ((min(P, 64) if ALGO == 'split' and L >= 64 else P if not has_z or L <= 32 else
-        min(P, 64)) if ALGO in ('split', 'splitscan') else P)
-    STATE_PREFETCH = ALGO == 'split' and L <= 32
-    STATE_TRANSPOSED = ALGO in ('split', 'splitscan') and L >= 64 and (P >= 64)
-    CHUNK_MAXNREG = ((((128 if N >= 256 else 168) if N >= 128 else 0) if L <= 32 else 168 if N <= 64
-        and (has_z or P <= 64) else 128 if P <= 32 else 0) if ALGO in ('split', 'splitscan') else 0)
+    BLOCK_P = (P if not has_z or L <= 32 else min(P, 64)) if ALGO in ("split", "splitscan") else P
+    BLOCK_N = (
+        (64 if N >= 128 and L >= 64 and (P > 32) else min(N, 32))
+        if ALGO in ("split", "splitscan")
+        else N
+    )
+    STATE_BLOCK_N = (
+        (N // 2 if N >= 128 else min(N, 32))
+        if ALGO == "splitscan"
+        else ((64 if N >= 256 else 16) if L <= 32 else min(N, 32)) if ALGO == "split" else N
+    )
+    STATE_BLOCK_P = (
+        (min(P, 64) if ALGO == "split" and L >= 64 else P if not has_z or L <= 32 else min(P, 64))
+        if ALGO in ("split", "splitscan")
+        else P
+    )
+    STATE_PREFETCH = ALGO == "split" and L <= 32
+    STATE_TRANSPOSED = ALGO in ("split", "splitscan") and L >= 64 and (P >= 64)
+    CHUNK_MAXNREG = (
+        (
+            ((128 if N >= 256 else 168) if N >= 128 else 0)
+            if L <= 32
+            else 168 if N <= 64 and (has_z or P <= 64) else 128 if P <= 32 else 0
+        )
+        if ALGO in ("split", "splitscan")
+        else 0
+    )
     CHUNK_HALVES = False
-    ROW_TILES = ALGO in ('split', 'splitscan')
-    GATE_KERNEL = has_z and ALGO in ('split', 'splitscan')
-    DOT_PRECISION = ('ieee' if P < 32 else ('tf32x3_split' if L >= 16 else 'ieee') if ALGO in (
-        'split', 'splitscan') else 'tf32x3' if ALGO == 'fold' else 'ieee')
+    ROW_TILES = ALGO in ("split", "splitscan")
+    GATE_KERNEL = has_z and ALGO in ("split", "splitscan")
+    DOT_PRECISION = (
+        "ieee"
+        if P < 32
+        else (
+            ("tf32x3_split" if L >= 16 else "ieee")
+            if ALGO in ("split", "splitscan")
+            else "tf32x3" if ALGO == "fold" else "ieee"
+        )
+    )
     num_warps = 4
-    num_stages = (3 if L <= 32 and N >= 128 else 2) if ALGO in ('split', 'splitscan') else 1
-    if ALGO == 'stage0':
+    num_stages = (3 if L <= 32 and N >= 128 else 2) if ALGO in ("split", "splitscan") else 1
+    if ALGO == "stage0":
         BLOCK_P = P
         BLOCK_N = N
         STATE_BLOCK_N = N
@@ -469,10 +987,10 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         CHUNK_MAXNREG = 0
         STATE_PREFETCH = False
         STATE_TRANSPOSED = False
-        DOT_PRECISION = 'ieee'
+        DOT_PRECISION = "ieee"
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'staged':
+    if ALGO == "staged":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
@@ -481,7 +999,7 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_TRANSPOSED = False
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'rankfold':
+    if ALGO == "rankfold":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
@@ -490,7 +1008,7 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_TRANSPOSED = False
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'aux':
+    if ALGO == "aux":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
@@ -499,7 +1017,7 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_TRANSPOSED = False
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'nblocked':
+    if ALGO == "nblocked":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
@@ -508,7 +1026,7 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_TRANSPOSED = False
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'post':
+    if ALGO == "post":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
@@ -517,7 +1035,7 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_TRANSPOSED = False
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'fold':
+    if ALGO == "fold":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
@@ -526,24 +1044,72 @@ def _default_cuda(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_
         STATE_TRANSPOSED = False
         ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == 'splitscan':
+    if ALGO == "splitscan":
         STATE_PREFETCH = False
-    return (variant, {'BLOCK_P': BLOCK_P, 'BLOCK_N': BLOCK_N, 'STATE_BLOCK_N': STATE_BLOCK_N,
-        'STATE_BLOCK_P': STATE_BLOCK_P, 'STATE_PREFETCH': STATE_PREFETCH, 'STATE_TRANSPOSED':
-        STATE_TRANSPOSED, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'CHUNK_HALVES': CHUNK_HALVES, 'ROW_TILES':
-        ROW_TILES, 'GATE_KERNEL': GATE_KERNEL, 'DOT_PRECISION': DOT_PRECISION, 'num_warps':
-        num_warps, 'num_stages': num_stages})
+    return variant, {
+        "BLOCK_P": BLOCK_P,
+        "BLOCK_N": BLOCK_N,
+        "STATE_BLOCK_N": STATE_BLOCK_N,
+        "STATE_BLOCK_P": STATE_BLOCK_P,
+        "STATE_PREFETCH": STATE_PREFETCH,
+        "STATE_TRANSPOSED": STATE_TRANSPOSED,
+        "CHUNK_MAXNREG": CHUNK_MAXNREG,
+        "CHUNK_HALVES": CHUNK_HALVES,
+        "ROW_TILES": ROW_TILES,
+        "GATE_KERNEL": GATE_KERNEL,
+        "DOT_PRECISION": DOT_PRECISION,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
 
 
-def _default_interpreter(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rotary_dim_divisor,
-    output_dtype, dout_dtype, q_dtype, k_dtype, v_dtype, q_bias_dtype, k_bias_dtype, mimo_v_dtype,
-    mimo_o_dtype, angles_dtype, da_cs_dtype, da_cs_rev_dtype, dt_dtype, trap_dtype, segsum_dtype,
-    mimo_z_dtype, d_dtype, z_dtype, mimo_z_given, d_given, z_given, C, NC, NA, has_z, dtype, es, L):
+def _default_interpreter(
+    budget,
+    CORES,
+    *,
+    B,
+    S,
+    H,
+    P,
+    R,
+    G,
+    N,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    dout_dtype,
+    q_dtype,
+    k_dtype,
+    v_dtype,
+    q_bias_dtype,
+    k_bias_dtype,
+    mimo_v_dtype,
+    mimo_o_dtype,
+    angles_dtype,
+    da_cs_dtype,
+    da_cs_rev_dtype,
+    dt_dtype,
+    trap_dtype,
+    segsum_dtype,
+    mimo_z_dtype,
+    d_dtype,
+    z_dtype,
+    mimo_z_given,
+    d_given,
+    z_given,
+    C,
+    NC,
+    NA,
+    has_z,
+    dtype,
+    es,
+    L,
+):
     """The spec's default choice on interpreter chips: (variant, tunables); CORES is the
     persistent grid's program count."""
-    ALGO = 'staged'
-    RANK_LOOP = 'static'
-    PRE = 'fused'
+    ALGO = "staged"
+    RANK_LOOP = "static"
+    PRE = "fused"
     variant = "_".join((ALGO, RANK_LOOP, PRE))
     if variant not in _VARIANTS:
         raise _error(NotImplementedError, f"the default choice {variant!r} is not a variant")
@@ -557,51 +1123,85 @@ def _default_interpreter(budget, CORES, *, B, S, H, P, R, G, N, chunk_size, rota
     CHUNK_HALVES = False
     ROW_TILES = False
     GATE_KERNEL = False
-    DOT_PRECISION = 'ieee'
-    if ALGO == 'staged':
+    DOT_PRECISION = "ieee"
+    if ALGO == "staged":
         BLOCK_N = N
         STATE_BLOCK_N = N
         STATE_BLOCK_P = P
-    return (variant, {'BLOCK_P': BLOCK_P, 'BLOCK_N': BLOCK_N, 'STATE_BLOCK_N': STATE_BLOCK_N,
-        'STATE_BLOCK_P': STATE_BLOCK_P, 'STATE_PREFETCH': STATE_PREFETCH, 'STATE_TRANSPOSED':
-        STATE_TRANSPOSED, 'CHUNK_MAXNREG': CHUNK_MAXNREG, 'CHUNK_HALVES': CHUNK_HALVES, 'ROW_TILES':
-        ROW_TILES, 'GATE_KERNEL': GATE_KERNEL, 'DOT_PRECISION': DOT_PRECISION})
+    return variant, {
+        "BLOCK_P": BLOCK_P,
+        "BLOCK_N": BLOCK_N,
+        "STATE_BLOCK_N": STATE_BLOCK_N,
+        "STATE_BLOCK_P": STATE_BLOCK_P,
+        "STATE_PREFETCH": STATE_PREFETCH,
+        "STATE_TRANSPOSED": STATE_TRANSPOSED,
+        "CHUNK_MAXNREG": CHUNK_MAXNREG,
+        "CHUNK_HALVES": CHUNK_HALVES,
+        "ROW_TILES": ROW_TILES,
+        "GATE_KERNEL": GATE_KERNEL,
+        "DOT_PRECISION": DOT_PRECISION,
+    }
 
 
 def _check_legal(variant, R, has_z):
     """Refuse a table choice whose variant is illegal for this shape (a stale table)."""
     ALGO, RANK_LOOP, PRE = _VARIANTS[variant]
-    if ALGO == 'rankfold' and not (R >= 2 and pow2(R) == R):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs R >= 2 and pow2(R) == R; rebuild the table")
-    if ALGO == 'aux' and not (not has_z):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs not has_z; rebuild the table")
-    if ALGO == 'fold' and not (pow2(R) == R):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs pow2(R) == R; rebuild the table")
-    if ALGO == 'split' and not (pow2(R) == R):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs pow2(R) == R; rebuild the table")
-    if ALGO == 'splitscan' and not (pow2(R) == R):
-        raise _error(NotImplementedError,
-            f"table choice {variant} needs pow2(R) == R; rebuild the table")
+    if ALGO == "rankfold" and not (R >= 2 and pow2(R) == R):
+        raise _error(
+            NotImplementedError,
+            f"table choice {variant} needs R >= 2 and pow2(R) == R; rebuild the table",
+        )
+    if ALGO == "aux" and not (not has_z):
+        raise _error(
+            NotImplementedError, f"table choice {variant} needs not has_z; rebuild the table"
+        )
+    if ALGO == "fold" and not (pow2(R) == R):
+        raise _error(
+            NotImplementedError, f"table choice {variant} needs pow2(R) == R; rebuild the table"
+        )
+    if ALGO == "split" and not (pow2(R) == R):
+        raise _error(
+            NotImplementedError, f"table choice {variant} needs pow2(R) == R; rebuild the table"
+        )
+    if ALGO == "splitscan" and not (pow2(R) == R):
+        raise _error(
+            NotImplementedError, f"table choice {variant} needs pow2(R) == R; rebuild the table"
+        )
 
 
 def _fixed(variant, point, N, P):
     """The choice's point with the tunables its variant fixes as functions of the shape taken at
     this call: a row serves every shape of its bucket, not only the one it was measured on."""
     ALGO, RANK_LOOP, PRE = _VARIANTS[variant]
-    if ALGO == 'stage0':
-        point = {**point, 'BLOCK_P': P, 'BLOCK_N': N, 'STATE_BLOCK_N': N, 'STATE_BLOCK_P': P}
-    elif ALGO in ('staged', 'rankfold', 'aux', 'nblocked', 'post', 'fold'):
-        point = {**point, 'BLOCK_N': N, 'STATE_BLOCK_N': N, 'STATE_BLOCK_P': P}
+    if ALGO == "stage0":
+        point = {**point, "BLOCK_P": P, "BLOCK_N": N, "STATE_BLOCK_N": N, "STATE_BLOCK_P": P}
+    elif ALGO in ("staged", "rankfold", "aux", "nblocked", "post", "fold"):
+        point = {**point, "BLOCK_N": N, "STATE_BLOCK_N": N, "STATE_BLOCK_P": P}
     return point
 
 
-def mamba3_mimo_bwd_fwd(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-    trap, segsum, mimo_z=None, d=None, z=None, chunk_size=16, rotary_dim_divisor=4,
-    output_dtype=torch.float32):
+def mamba3_mimo_bwd_fwd(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z=None,
+    d=None,
+    z=None,
+    chunk_size=16,
+    rotary_dim_divisor=4,
+    output_dtype=torch.float32,
+):
     """Mamba-3 MIMO backward, first stage: recompute each chunk's entering state, the per-token
 
     Tensors of any strides are taken: dout, q, k, v, angles, z are read in place through their
@@ -648,11 +1248,53 @@ def mamba3_mimo_bwd_fwd(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, d
         NotImplementedError: a device or chip without a dispatch table; an input requiring grad.
     """
     if torch.compiler.is_compiling():  # the op: its kernels in the graph where torch can trace them
-        return (_from_op(torch.ops.opgen.mamba3_mimo_bwd_fwd(dout, q, k, v, q_bias, k_bias, mimo_v,
-            mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum, mimo_z, d, z, chunk_size,
-            rotary_dim_divisor, output_dtype)))
-    return (_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-        segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype, launch=True))
+        return _from_op(
+            torch.ops.opgen.mamba3_mimo_bwd_fwd(
+                dout,
+                q,
+                k,
+                v,
+                q_bias,
+                k_bias,
+                mimo_v,
+                mimo_o,
+                angles,
+                da_cs,
+                da_cs_rev,
+                dt,
+                trap,
+                segsum,
+                mimo_z,
+                d,
+                z,
+                chunk_size,
+                rotary_dim_divisor,
+                output_dtype,
+            )
+        )
+    return _call(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        chunk_size,
+        rotary_dim_divisor,
+        output_dtype,
+        launch=True,
+    )
 
 
 _SEEN = {}
@@ -667,8 +1309,28 @@ the default's formulas; at most _SEEN_MAX are kept."""
 _SEEN_MAX = 4096
 
 
-def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype):
+def _signature(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+):
     """The call's signature, or None where an argument has no shape, dtype or device (a call the
     checks refuse, with the error that names it)."""
     try:
@@ -681,15 +1343,23 @@ def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_
             (k_bias.shape, k_bias.dtype, k_bias.device, k_bias.requires_grad),
             (mimo_v.shape, mimo_v.dtype, mimo_v.device, mimo_v.requires_grad),
             (mimo_o.shape, mimo_o.dtype, mimo_o.device, mimo_o.requires_grad),
-            (angles.shape, angles.dtype, angles.device, angles.requires_grad, angles.is_contiguous()
-                ),
+            (
+                angles.shape,
+                angles.dtype,
+                angles.device,
+                angles.requires_grad,
+                angles.is_contiguous(),
+            ),
             (da_cs.shape, da_cs.dtype, da_cs.device, da_cs.requires_grad),
             (da_cs_rev.shape, da_cs_rev.dtype, da_cs_rev.device, da_cs_rev.requires_grad),
             (dt.shape, dt.dtype, dt.device, dt.requires_grad),
             (trap.shape, trap.dtype, trap.device, trap.requires_grad),
             (segsum.shape, segsum.dtype, segsum.device, segsum.requires_grad),
-            None if mimo_z is None else (mimo_z.shape, mimo_z.dtype, mimo_z.device, mimo_z.
-                requires_grad),
+            (
+                None
+                if mimo_z is None
+                else (mimo_z.shape, mimo_z.dtype, mimo_z.device, mimo_z.requires_grad)
+            ),
             None if d is None else (d.shape, d.dtype, d.device, d.requires_grad),
             None if z is None else (z.shape, z.dtype, z.device, z.requires_grad, z.is_contiguous()),
             torch.is_grad_enabled(),
@@ -701,15 +1371,60 @@ def _signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_
         return None
 
 
-def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-    mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype, launch, traced=False):
+def _call(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+    launch,
+    traced=False,
+):
     """The checks, the output allocation and (with ``launch``) the dispatch and the kernels; a
     launch of a signature seen before goes straight to the kernels (:data:`_SEEN`). ``traced``:
     torch.compile traces the op (:func:`_traced`), the kernels go into its graph
     (:func:`_launch_traced`), or :data:`_OPAQUE` is returned where they cannot."""
-    signature = (_signature(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype) if launch and
-        not traced else None)
+    signature = (
+        _signature(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+        )
+        if launch and not traced
+        else None
+    )
     try:
         seen = _SEEN.get(signature)
     except TypeError:  # an unhashable scalar: the checks name it
@@ -736,55 +1451,107 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
             v = _in_place(v)
             angles = _in_place(angles)
             z = _in_place(z)
-            if not (dout.is_contiguous() and q.is_contiguous() and k.is_contiguous() and v.
-                is_contiguous() and angles.is_contiguous() and (z is None or z.is_contiguous())):
+            if not (
+                dout.is_contiguous()
+                and q.is_contiguous()
+                and k.is_contiguous()
+                and v.is_contiguous()
+                and angles.is_contiguous()
+                and (z is None or z.is_contiguous())
+            ):
                 module = strided_module
-        states = (None if outs[0] is None else torch.empty(outs[0][0], dtype=outs[0][1],
-            device=device))
-        qk_dot = (None if outs[1] is None else torch.empty(outs[1][0], dtype=outs[1][1],
-            device=device))
-        dmimo_o = (None if outs[2] is None else torch.empty(outs[2][0], dtype=outs[2][1],
-            device=device))
-        dmimo_z = (None if outs[3] is None else torch.empty(outs[3][0], dtype=outs[3][1],
-            device=device))
+        states = (
+            None if outs[0] is None else torch.empty(outs[0][0], dtype=outs[0][1], device=device)
+        )
+        qk_dot = (
+            None if outs[1] is None else torch.empty(outs[1][0], dtype=outs[1][1], device=device)
+        )
+        dmimo_o = (
+            None if outs[2] is None else torch.empty(outs[2][0], dtype=outs[2][1], device=device)
+        )
+        dmimo_z = (
+            None if outs[3] is None else torch.empty(outs[3][0], dtype=outs[3][1], device=device)
+        )
         dz = None if outs[4] is None else torch.empty(outs[4][0], dtype=outs[4][1], device=device)
         chunk_size, rotary_dim_divisor = static
-        module.launch(dout=dout, q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v,
-            mimo_o=mimo_o, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap,
-            segsum=segsum, mimo_z=mimo_z, d=d, z=z, states=states, qk_dot=qk_dot, dmimo_o=dmimo_o,
-            dmimo_z=dmimo_z, dz=dz, chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor,
-            num_programs=num_programs, point=point)
+        module.launch(
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            mimo_v=mimo_v,
+            mimo_o=mimo_o,
+            angles=angles,
+            da_cs=da_cs,
+            da_cs_rev=da_cs_rev,
+            dt=dt,
+            trap=trap,
+            segsum=segsum,
+            mimo_z=mimo_z,
+            d=d,
+            z=z,
+            states=states,
+            qk_dot=qk_dot,
+            dmimo_o=dmimo_o,
+            dmimo_z=dmimo_z,
+            dz=dz,
+            chunk_size=chunk_size,
+            rotary_dim_divisor=rotary_dim_divisor,
+            num_programs=num_programs,
+            point=point,
+        )
         return states, qk_dot, dmimo_o, dmimo_z, dz
-    dout_dtype = _tensor('dout', dout, ('B', 'S', 'H', 'P'), ('float16', 'bfloat16', 'float32'))
-    q_dtype = _tensor('q', q, ('B', 'S', 'R', 'G', 'N'), ('float16', 'bfloat16', 'float32'))
-    k_dtype = _tensor('k', k, ('B', 'S', 'R', 'G', 'N'), ('float16', 'bfloat16', 'float32'))
-    v_dtype = _tensor('v', v, ('B', 'S', 'H', 'P'), ('float16', 'bfloat16', 'float32'))
-    q_bias_dtype = _tensor('q_bias', q_bias, ('H', 'R', 'N'), ('float32',))
-    k_bias_dtype = _tensor('k_bias', k_bias, ('H', 'R', 'N'), ('float32',))
-    mimo_v_dtype = _tensor('mimo_v', mimo_v, ('H', 'R', 'P'), ('float32',))
-    mimo_o_dtype = _tensor('mimo_o', mimo_o, ('H', 'R', 'P'), ('float32',))
-    angles_dtype = _tensor('angles', angles, ('B', 'S', 'H', 'NA'), ('float32',))
-    da_cs_dtype = _tensor('da_cs', da_cs, ('B', 'H', 'S'), ('float32',))
-    da_cs_rev_dtype = _tensor('da_cs_rev', da_cs_rev, ('B', 'H', 'S'), ('float32',))
-    dt_dtype = _tensor('dt', dt, ('B', 'H', 'S'), ('float32',))
-    trap_dtype = _tensor('trap', trap, ('B', 'H', 'S'), ('float16', 'bfloat16', 'float32'))
-    segsum_dtype = _tensor('segsum', segsum, ('B', 'H', 'NC', 'C', 'C'), ('float32',))
+    dout_dtype = _tensor("dout", dout, ("B", "S", "H", "P"), ("float16", "bfloat16", "float32"))
+    q_dtype = _tensor("q", q, ("B", "S", "R", "G", "N"), ("float16", "bfloat16", "float32"))
+    k_dtype = _tensor("k", k, ("B", "S", "R", "G", "N"), ("float16", "bfloat16", "float32"))
+    v_dtype = _tensor("v", v, ("B", "S", "H", "P"), ("float16", "bfloat16", "float32"))
+    q_bias_dtype = _tensor("q_bias", q_bias, ("H", "R", "N"), ("float32",))
+    k_bias_dtype = _tensor("k_bias", k_bias, ("H", "R", "N"), ("float32",))
+    mimo_v_dtype = _tensor("mimo_v", mimo_v, ("H", "R", "P"), ("float32",))
+    mimo_o_dtype = _tensor("mimo_o", mimo_o, ("H", "R", "P"), ("float32",))
+    angles_dtype = _tensor("angles", angles, ("B", "S", "H", "NA"), ("float32",))
+    da_cs_dtype = _tensor("da_cs", da_cs, ("B", "H", "S"), ("float32",))
+    da_cs_rev_dtype = _tensor("da_cs_rev", da_cs_rev, ("B", "H", "S"), ("float32",))
+    dt_dtype = _tensor("dt", dt, ("B", "H", "S"), ("float32",))
+    trap_dtype = _tensor("trap", trap, ("B", "H", "S"), ("float16", "bfloat16", "float32"))
+    segsum_dtype = _tensor("segsum", segsum, ("B", "H", "NC", "C", "C"), ("float32",))
     mimo_z_given = mimo_z is not None
-    mimo_z_dtype = (_tensor('mimo_z', mimo_z, ('H', 'R', 'P'), ('float32',)) if mimo_z_given else
-        None)
+    mimo_z_dtype = (
+        _tensor("mimo_z", mimo_z, ("H", "R", "P"), ("float32",)) if mimo_z_given else None
+    )
     d_given = d is not None
-    d_dtype = _tensor('d', d, ('H',), ('float32',)) if d_given else None
+    d_dtype = _tensor("d", d, ("H",), ("float32",)) if d_given else None
     z_given = z is not None
-    z_dtype = (_tensor('z', z, ('B', 'S', 'H', 'P'), ('float16', 'bfloat16', 'float32')) if z_given
-        else None)
-    _int('chunk_size', chunk_size, (8, 16, 32, 64))
-    _int('rotary_dim_divisor', rotary_dim_divisor, (2, 4))
-    output_dtype = _dtype('output_dtype', output_dtype, ('float32', 'bfloat16', 'float16'))
+    z_dtype = (
+        _tensor("z", z, ("B", "S", "H", "P"), ("float16", "bfloat16", "float32"))
+        if z_given
+        else None
+    )
+    _int("chunk_size", chunk_size, (8, 16, 32, 64))
+    _int("rotary_dim_divisor", rotary_dim_divisor, (2, 4))
+    output_dtype = _dtype("output_dtype", output_dtype, ("float32", "bfloat16", "float16"))
     if launch and not traced and torch.is_grad_enabled():
-        _no_grad(('dout', dout), ('q', q), ('k', k), ('v', v), ('q_bias', q_bias), ('k_bias', k_bias
-            ), ('mimo_v', mimo_v), ('mimo_o', mimo_o), ('angles', angles), ('da_cs', da_cs), (
-            'da_cs_rev', da_cs_rev), ('dt', dt), ('trap', trap), ('segsum', segsum), ('mimo_z',
-            mimo_z), ('d', d), ('z', z))
+        _no_grad(
+            ("dout", dout),
+            ("q", q),
+            ("k", k),
+            ("v", v),
+            ("q_bias", q_bias),
+            ("k_bias", k_bias),
+            ("mimo_v", mimo_v),
+            ("mimo_o", mimo_o),
+            ("angles", angles),
+            ("da_cs", da_cs),
+            ("da_cs_rev", da_cs_rev),
+            ("dt", dt),
+            ("trap", trap),
+            ("segsum", segsum),
+            ("mimo_z", mimo_z),
+            ("d", d),
+            ("z", z),
+        )
     q_bias = q_bias.contiguous()
     k_bias = k_bias.contiguous()
     mimo_v = mimo_v.contiguous()
@@ -796,8 +1563,14 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     segsum = segsum.contiguous()
     mimo_z = mimo_z.contiguous() if mimo_z_given else None
     d = d.contiguous() if d_given else None
-    given = (dout.is_contiguous() and q.is_contiguous() and k.is_contiguous() and
-             v.is_contiguous() and angles.is_contiguous() and (z is None or z.is_contiguous()))
+    given = (
+        dout.is_contiguous()
+        and q.is_contiguous()
+        and k.is_contiguous()
+        and v.is_contiguous()
+        and angles.is_contiguous()
+        and (z is None or z.is_contiguous())
+    )
     strided = False
     if not given:
         # The strided twin reads them in place (copied: a tensor whose last stride is not 1).
@@ -807,8 +1580,14 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
         v = _in_place(v)
         angles = _in_place(angles)
         z = _in_place(z)
-        strided = (not (dout.is_contiguous() and q.is_contiguous() and k.is_contiguous() and v.
-            is_contiguous() and angles.is_contiguous() and (z is None or z.is_contiguous())))
+        strided = not (
+            dout.is_contiguous()
+            and q.is_contiguous()
+            and k.is_contiguous()
+            and v.is_contiguous()
+            and angles.is_contiguous()
+            and (z is None or z.is_contiguous())
+        )
     if q.device != dout.device:
         raise _error(ValueError, f"q is on {q.device} but dout is on {dout.device}")
     if k.device != dout.device:
@@ -853,100 +1632,121 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     NA = N // rotary_dim_divisor
     has_z = mimo_z_given and z_given
     dtype = q_dtype
-    es = 4 if dtype == 'float32' else 2
+    es = 4 if dtype == "float32" else 2
     L = C * R
-    _dim('q', q, 0, 'B', B, 'from dout.shape[0]')
-    _dim('q', q, 1, 'S', S, 'from dout.shape[1]')
-    _dim('k', k, 0, 'B', B, 'from dout.shape[0]')
-    _dim('k', k, 1, 'S', S, 'from dout.shape[1]')
-    _dim('k', k, 2, 'R', R, 'from q.shape[2]')
-    _dim('k', k, 3, 'G', G, 'from q.shape[3]')
-    _dim('k', k, 4, 'N', N, 'from q.shape[4]')
-    _dim('v', v, 0, 'B', B, 'from dout.shape[0]')
-    _dim('v', v, 1, 'S', S, 'from dout.shape[1]')
-    _dim('v', v, 2, 'H', H, 'from dout.shape[2]')
-    _dim('v', v, 3, 'P', P, 'from dout.shape[3]')
-    _dim('q_bias', q_bias, 0, 'H', H, 'from dout.shape[2]')
-    _dim('q_bias', q_bias, 1, 'R', R, 'from q.shape[2]')
-    _dim('q_bias', q_bias, 2, 'N', N, 'from q.shape[4]')
-    _dim('k_bias', k_bias, 0, 'H', H, 'from dout.shape[2]')
-    _dim('k_bias', k_bias, 1, 'R', R, 'from q.shape[2]')
-    _dim('k_bias', k_bias, 2, 'N', N, 'from q.shape[4]')
-    _dim('mimo_v', mimo_v, 0, 'H', H, 'from dout.shape[2]')
-    _dim('mimo_v', mimo_v, 1, 'R', R, 'from q.shape[2]')
-    _dim('mimo_v', mimo_v, 2, 'P', P, 'from dout.shape[3]')
-    _dim('mimo_o', mimo_o, 0, 'H', H, 'from dout.shape[2]')
-    _dim('mimo_o', mimo_o, 1, 'R', R, 'from q.shape[2]')
-    _dim('mimo_o', mimo_o, 2, 'P', P, 'from dout.shape[3]')
-    _dim('angles', angles, 0, 'B', B, 'from dout.shape[0]')
-    _dim('angles', angles, 1, 'S', S, 'from dout.shape[1]')
-    _dim('angles', angles, 2, 'H', H, 'from dout.shape[2]')
-    _dim('angles', angles, 3, 'NA', NA, 'from N // rotary_dim_divisor')
-    _dim('da_cs', da_cs, 0, 'B', B, 'from dout.shape[0]')
-    _dim('da_cs', da_cs, 1, 'H', H, 'from dout.shape[2]')
-    _dim('da_cs', da_cs, 2, 'S', S, 'from dout.shape[1]')
-    _dim('da_cs_rev', da_cs_rev, 0, 'B', B, 'from dout.shape[0]')
-    _dim('da_cs_rev', da_cs_rev, 1, 'H', H, 'from dout.shape[2]')
-    _dim('da_cs_rev', da_cs_rev, 2, 'S', S, 'from dout.shape[1]')
-    _dim('dt', dt, 0, 'B', B, 'from dout.shape[0]')
-    _dim('dt', dt, 1, 'H', H, 'from dout.shape[2]')
-    _dim('dt', dt, 2, 'S', S, 'from dout.shape[1]')
-    _dim('trap', trap, 0, 'B', B, 'from dout.shape[0]')
-    _dim('trap', trap, 1, 'H', H, 'from dout.shape[2]')
-    _dim('trap', trap, 2, 'S', S, 'from dout.shape[1]')
-    _dim('segsum', segsum, 0, 'B', B, 'from dout.shape[0]')
-    _dim('segsum', segsum, 1, 'H', H, 'from dout.shape[2]')
-    _dim('segsum', segsum, 2, 'NC', NC, 'from cdiv(S, C)')
-    _dim('segsum', segsum, 3, 'C', C, 'from chunk_size')
-    _dim('segsum', segsum, 4, 'C', C, 'from chunk_size')
+    _dim("q", q, 0, "B", B, "from dout.shape[0]")
+    _dim("q", q, 1, "S", S, "from dout.shape[1]")
+    _dim("k", k, 0, "B", B, "from dout.shape[0]")
+    _dim("k", k, 1, "S", S, "from dout.shape[1]")
+    _dim("k", k, 2, "R", R, "from q.shape[2]")
+    _dim("k", k, 3, "G", G, "from q.shape[3]")
+    _dim("k", k, 4, "N", N, "from q.shape[4]")
+    _dim("v", v, 0, "B", B, "from dout.shape[0]")
+    _dim("v", v, 1, "S", S, "from dout.shape[1]")
+    _dim("v", v, 2, "H", H, "from dout.shape[2]")
+    _dim("v", v, 3, "P", P, "from dout.shape[3]")
+    _dim("q_bias", q_bias, 0, "H", H, "from dout.shape[2]")
+    _dim("q_bias", q_bias, 1, "R", R, "from q.shape[2]")
+    _dim("q_bias", q_bias, 2, "N", N, "from q.shape[4]")
+    _dim("k_bias", k_bias, 0, "H", H, "from dout.shape[2]")
+    _dim("k_bias", k_bias, 1, "R", R, "from q.shape[2]")
+    _dim("k_bias", k_bias, 2, "N", N, "from q.shape[4]")
+    _dim("mimo_v", mimo_v, 0, "H", H, "from dout.shape[2]")
+    _dim("mimo_v", mimo_v, 1, "R", R, "from q.shape[2]")
+    _dim("mimo_v", mimo_v, 2, "P", P, "from dout.shape[3]")
+    _dim("mimo_o", mimo_o, 0, "H", H, "from dout.shape[2]")
+    _dim("mimo_o", mimo_o, 1, "R", R, "from q.shape[2]")
+    _dim("mimo_o", mimo_o, 2, "P", P, "from dout.shape[3]")
+    _dim("angles", angles, 0, "B", B, "from dout.shape[0]")
+    _dim("angles", angles, 1, "S", S, "from dout.shape[1]")
+    _dim("angles", angles, 2, "H", H, "from dout.shape[2]")
+    _dim("angles", angles, 3, "NA", NA, "from N // rotary_dim_divisor")
+    _dim("da_cs", da_cs, 0, "B", B, "from dout.shape[0]")
+    _dim("da_cs", da_cs, 1, "H", H, "from dout.shape[2]")
+    _dim("da_cs", da_cs, 2, "S", S, "from dout.shape[1]")
+    _dim("da_cs_rev", da_cs_rev, 0, "B", B, "from dout.shape[0]")
+    _dim("da_cs_rev", da_cs_rev, 1, "H", H, "from dout.shape[2]")
+    _dim("da_cs_rev", da_cs_rev, 2, "S", S, "from dout.shape[1]")
+    _dim("dt", dt, 0, "B", B, "from dout.shape[0]")
+    _dim("dt", dt, 1, "H", H, "from dout.shape[2]")
+    _dim("dt", dt, 2, "S", S, "from dout.shape[1]")
+    _dim("trap", trap, 0, "B", B, "from dout.shape[0]")
+    _dim("trap", trap, 1, "H", H, "from dout.shape[2]")
+    _dim("trap", trap, 2, "S", S, "from dout.shape[1]")
+    _dim("segsum", segsum, 0, "B", B, "from dout.shape[0]")
+    _dim("segsum", segsum, 1, "H", H, "from dout.shape[2]")
+    _dim("segsum", segsum, 2, "NC", NC, "from cdiv(S, C)")
+    _dim("segsum", segsum, 3, "C", C, "from chunk_size")
+    _dim("segsum", segsum, 4, "C", C, "from chunk_size")
     if mimo_z_given:
-        _dim('mimo_z', mimo_z, 0, 'H', H, 'from dout.shape[2]')
+        _dim("mimo_z", mimo_z, 0, "H", H, "from dout.shape[2]")
     if mimo_z_given:
-        _dim('mimo_z', mimo_z, 1, 'R', R, 'from q.shape[2]')
+        _dim("mimo_z", mimo_z, 1, "R", R, "from q.shape[2]")
     if mimo_z_given:
-        _dim('mimo_z', mimo_z, 2, 'P', P, 'from dout.shape[3]')
+        _dim("mimo_z", mimo_z, 2, "P", P, "from dout.shape[3]")
     if d_given:
-        _dim('d', d, 0, 'H', H, 'from dout.shape[2]')
+        _dim("d", d, 0, "H", H, "from dout.shape[2]")
     if z_given:
-        _dim('z', z, 0, 'B', B, 'from dout.shape[0]')
+        _dim("z", z, 0, "B", B, "from dout.shape[0]")
     if z_given:
-        _dim('z', z, 1, 'S', S, 'from dout.shape[1]')
+        _dim("z", z, 1, "S", S, "from dout.shape[1]")
     if z_given:
-        _dim('z', z, 2, 'H', H, 'from dout.shape[2]')
+        _dim("z", z, 2, "H", H, "from dout.shape[2]")
     if z_given:
-        _dim('z', z, 3, 'P', P, 'from dout.shape[3]')
-    if not _holds(lambda: B >= 1 and S >= 1 and (H >= 1) and (G >= 1) and (N >= 2) and (P >= 1) and
-        (R >= 1)):
-        raise _error(ValueError,
-            'every dimension must be positive, got B={B} S={S} H={H} G={G} N={N} P={P} R={R}'.format
-            (B=B, S=S, H=H, G=G, N=N, P=P, R=R))
+        _dim("z", z, 3, "P", P, "from dout.shape[3]")
+    if not _holds(
+        lambda: B >= 1 and S >= 1 and (H >= 1) and (G >= 1) and (N >= 2) and (P >= 1) and (R >= 1)
+    ):
+        raise _error(
+            ValueError,
+            "every dimension must be positive, got B={B} S={S} H={H} G={G} N={N} P={P} R={R}".format(
+                B=B, S=S, H=H, G=G, N=N, P=P, R=R
+            ),
+        )
     if not _holds(lambda: mimo_z_given == z_given):
-        raise _error(ValueError,
-            'mimo_z and z must be given together (the Z gate needs both), got mimo_z '
-            '{mimo_z_given} and z {z_given}'.format(mimo_z_given=mimo_z_given, z_given=z_given))
+        raise _error(
+            ValueError,
+            "mimo_z and z must be given together (the Z gate needs both), got mimo_z {mimo_z_given} and z {z_given}".format(
+                mimo_z_given=mimo_z_given, z_given=z_given
+            ),
+        )
     if not _holds(lambda: N % 2 == 0):
-        raise _error(ValueError, 'N must be even (rotary pairs dim n with n + N/2), got N={N}'.
-            format(N=N))
+        raise _error(
+            ValueError, "N must be even (rotary pairs dim n with n + N/2), got N={N}".format(N=N)
+        )
     if not _holds(lambda: pow2(N) == N and pow2(P) == P and (pow2(C) == C)):
-        raise _error(ValueError,
-            "N, P and chunk_size must be powers of two (the kernels' tiles), got N={N} P={P} "
-            "chunk_size={C}".format(N=N, P=P, C=C))
+        raise _error(
+            ValueError,
+            "N, P and chunk_size must be powers of two (the kernels' tiles), got N={N} P={P} chunk_size={C}".format(
+                N=N, P=P, C=C
+            ),
+        )
     if not _holds(lambda: H % G == 0):
-        raise _error(ValueError, 'H ({H}) must be a multiple of G ({G}) for grouped q/k heads'.
-            format(H=H, G=G))
+        raise _error(
+            ValueError,
+            "H ({H}) must be a multiple of G ({G}) for grouped q/k heads".format(H=H, G=G),
+        )
     if not _holds(lambda: k_dtype == q_dtype and v_dtype == q_dtype and (dout_dtype == q_dtype)):
-        raise _error(TypeError,
-            'q, k, v and dout must share one dtype, got {q_dtype}, {k_dtype}, {v_dtype}, '
-            '{dout_dtype}'.format(q_dtype=q_dtype, k_dtype=k_dtype, v_dtype=v_dtype,
-            dout_dtype=dout_dtype))
+        raise _error(
+            TypeError,
+            "q, k, v and dout must share one dtype, got {q_dtype}, {k_dtype}, {v_dtype}, {dout_dtype}".format(
+                q_dtype=q_dtype, k_dtype=k_dtype, v_dtype=v_dtype, dout_dtype=dout_dtype
+            ),
+        )
     device = dout.device
     states = torch.empty((B, H, NC, N, P), dtype=getattr(torch, output_dtype), device=device)
     qk_dot = torch.empty((B, H, S, R, R), dtype=getattr(torch, output_dtype), device=device)
     dmimo_o = torch.empty((B, H, R, P), dtype=getattr(torch, output_dtype), device=device)
-    dmimo_z = (torch.empty((B, H, R, P), dtype=getattr(torch, output_dtype), device=device) if has_z
-        else None)
-    dz = (torch.empty((B, S, H, P), dtype=getattr(torch, output_dtype), device=device) if has_z else
-        None)
+    dmimo_z = (
+        torch.empty((B, H, R, P), dtype=getattr(torch, output_dtype), device=device)
+        if has_z
+        else None
+    )
+    dz = (
+        torch.empty((B, S, H, P), dtype=getattr(torch, output_dtype), device=device)
+        if has_z
+        else None
+    )
     if not launch:
         return states, qk_dot, dmimo_o, dmimo_z, dz
     table = _table(device)
@@ -962,15 +1762,47 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     )
     choice = _lookup(table, key)
     if choice is None:
-        choice = (_DEFAULTS[table.BACKEND](table.BUDGET, _cores(table, device), B=B, S=S, H=H, P=P,
-            R=R, G=G, N=N, chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor,
-            output_dtype=output_dtype, dout_dtype=dout_dtype, q_dtype=q_dtype, k_dtype=k_dtype,
-            v_dtype=v_dtype, q_bias_dtype=q_bias_dtype, k_bias_dtype=k_bias_dtype,
-            mimo_v_dtype=mimo_v_dtype, mimo_o_dtype=mimo_o_dtype, angles_dtype=angles_dtype,
-            da_cs_dtype=da_cs_dtype, da_cs_rev_dtype=da_cs_rev_dtype, dt_dtype=dt_dtype,
-            trap_dtype=trap_dtype, segsum_dtype=segsum_dtype, mimo_z_dtype=mimo_z_dtype,
-            d_dtype=d_dtype, z_dtype=z_dtype, mimo_z_given=mimo_z_given, d_given=d_given,
-            z_given=z_given, C=C, NC=NC, NA=NA, has_z=has_z, dtype=dtype, es=es, L=L))
+        choice = _DEFAULTS[table.BACKEND](
+            table.BUDGET,
+            _cores(table, device),
+            B=B,
+            S=S,
+            H=H,
+            P=P,
+            R=R,
+            G=G,
+            N=N,
+            chunk_size=chunk_size,
+            rotary_dim_divisor=rotary_dim_divisor,
+            output_dtype=output_dtype,
+            dout_dtype=dout_dtype,
+            q_dtype=q_dtype,
+            k_dtype=k_dtype,
+            v_dtype=v_dtype,
+            q_bias_dtype=q_bias_dtype,
+            k_bias_dtype=k_bias_dtype,
+            mimo_v_dtype=mimo_v_dtype,
+            mimo_o_dtype=mimo_o_dtype,
+            angles_dtype=angles_dtype,
+            da_cs_dtype=da_cs_dtype,
+            da_cs_rev_dtype=da_cs_rev_dtype,
+            dt_dtype=dt_dtype,
+            trap_dtype=trap_dtype,
+            segsum_dtype=segsum_dtype,
+            mimo_z_dtype=mimo_z_dtype,
+            d_dtype=d_dtype,
+            z_dtype=z_dtype,
+            mimo_z_given=mimo_z_given,
+            d_given=d_given,
+            z_given=z_given,
+            C=C,
+            NC=NC,
+            NA=NA,
+            has_z=has_z,
+            dtype=dtype,
+            es=es,
+            L=L,
+        )
     variant, point = choice
     _check_legal(variant, R=R, has_z=has_z)
     point = _fixed(variant, point, N=N, P=P)
@@ -978,36 +1810,87 @@ def _call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     if traced:
         if not _traceable(table, variant):
             return _OPAQUE
-        _launch_traced(table.RENDERING, variant, strided, dout=dout, q=q, k=k, v=v, q_bias=q_bias,
-            k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, angles=angles, da_cs=da_cs,
-            da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, mimo_z=mimo_z, d=d, z=z,
-            states=states, qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z, dz=dz,
-            chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor, num_programs=num_programs,
-            point=point)
+        _launch_traced(
+            table.RENDERING,
+            variant,
+            strided,
+            dout=dout,
+            q=q,
+            k=k,
+            v=v,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            mimo_v=mimo_v,
+            mimo_o=mimo_o,
+            angles=angles,
+            da_cs=da_cs,
+            da_cs_rev=da_cs_rev,
+            dt=dt,
+            trap=trap,
+            segsum=segsum,
+            mimo_z=mimo_z,
+            d=d,
+            z=z,
+            states=states,
+            qk_dot=qk_dot,
+            dmimo_o=dmimo_o,
+            dmimo_z=dmimo_z,
+            dz=dz,
+            chunk_size=chunk_size,
+            rotary_dim_divisor=rotary_dim_divisor,
+            num_programs=num_programs,
+            point=point,
+        )
         return states, qk_dot, dmimo_o, dmimo_z, dz
     module = _kernel_module(table.RENDERING, variant)
     strided_module = None if given else _kernel_module(table.RENDERING, variant, True)
-    (strided_module if strided else module).launch(dout=dout, q=q, k=k, v=v, q_bias=q_bias,
-        k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, angles=angles, da_cs=da_cs,
-        da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, mimo_z=mimo_z, d=d, z=z,
-        states=states, qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z, dz=dz,
-        chunk_size=chunk_size, rotary_dim_divisor=rotary_dim_divisor, num_programs=num_programs,
-        point=point)
+    (strided_module if strided else module).launch(
+        dout=dout,
+        q=q,
+        k=k,
+        v=v,
+        q_bias=q_bias,
+        k_bias=k_bias,
+        mimo_v=mimo_v,
+        mimo_o=mimo_o,
+        angles=angles,
+        da_cs=da_cs,
+        da_cs_rev=da_cs_rev,
+        dt=dt,
+        trap=trap,
+        segsum=segsum,
+        mimo_z=mimo_z,
+        d=d,
+        z=z,
+        states=states,
+        qk_dot=qk_dot,
+        dmimo_o=dmimo_o,
+        dmimo_z=dmimo_z,
+        dz=dz,
+        chunk_size=chunk_size,
+        rotary_dim_divisor=rotary_dim_divisor,
+        num_programs=num_programs,
+        point=point,
+    )
     if signature is not None:
         if len(_SEEN) >= _SEEN_MAX:
             _SEEN.clear()
-        outs = (tuple(None if o is None else (tuple(o.shape), o.dtype) for o in (states, qk_dot,
-            dmimo_o, dmimo_z, dz,)))
-        _SEEN[signature] = (module, (chunk_size, rotary_dim_divisor), outs, num_programs, point,
-            strided_module)
+        outs = tuple(
+            None if o is None else (tuple(o.shape), o.dtype)
+            for o in (states, qk_dot, dmimo_o, dmimo_z, dz)
+        )
+        _SEEN[signature] = (
+            module,
+            (chunk_size, rotary_dim_divisor),
+            outs,
+            num_programs,
+            point,
+            strided_module,
+        )
     return states, qk_dot, dmimo_o, dmimo_z, dz
 
 
-_DEFAULTS = {
-    'npu': _default_npu,
-    'cuda': _default_cuda,
-    'interpreter': _default_interpreter,
-}
+_DEFAULTS = {"npu": _default_npu, "cuda": _default_cuda, "interpreter": _default_interpreter}
 _OPAQUE = object()
 """What :func:`_call` returns, ``traced``, for a call whose launches torch cannot trace."""
 _HOST_DESCRIPTORS = frozenset(())
@@ -1021,8 +1904,11 @@ def _traceable(table, variant):
     (under TRITON_INTERPRET=1 wrap_triton returns them as they are, to run on the tracer's fake
     tensors), nor Ascend's (not tried there), nor host-side tensor descriptors (the tracer keeps no
     tensor held in one)."""
-    return (table.BACKEND == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
-            and variant not in _HOST_DESCRIPTORS)
+    return (
+        table.BACKEND == "cuda"
+        and os.environ.get("TRITON_INTERPRET") != "1"
+        and variant not in _HOST_DESCRIPTORS
+    )
 
 
 def _launch_traced(rendering, variant, strided, **arguments):
@@ -1062,25 +1948,68 @@ Tensor = torch.Tensor
 
 
 def _to_op(outs):
-    outs = (tuple(torch.empty(0) if o is None else o for o in (outs if isinstance(outs, tuple) else
-        (outs,))))
+    outs = tuple(
+        torch.empty(0) if o is None else o for o in (outs if isinstance(outs, tuple) else (outs,))
+    )
     return outs if _OUTPUTS > 1 else outs[0]
 
 
 def _from_op(outs):
-    outs = (tuple(None if o.numel() == 0 else o for o in (outs if isinstance(outs, (tuple, list))
-        else (outs,))))
+    outs = tuple(
+        None if o.numel() == 0 else o
+        for o in (outs if isinstance(outs, (tuple, list)) else (outs,))
+    )
     return outs if _OUTPUTS > 1 else outs[0]
 
 
-def _launched(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, q_bias: Tensor, k_bias: Tensor, mimo_v:
-    Tensor, mimo_o: Tensor, angles: Tensor, da_cs: Tensor, da_cs_rev: Tensor, dt: Tensor, trap:
-    Tensor, segsum: Tensor, mimo_z: Optional[Tensor], d: Optional[Tensor], z: Optional[Tensor],
-    chunk_size: int, rotary_dim_divisor: int, output_dtype: torch.dtype) -> tuple[Tensor, Tensor,
-    Tensor, Tensor, Tensor]:
+def _launched(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_bias: Tensor,
+    k_bias: Tensor,
+    mimo_v: Tensor,
+    mimo_o: Tensor,
+    angles: Tensor,
+    da_cs: Tensor,
+    da_cs_rev: Tensor,
+    dt: Tensor,
+    trap: Tensor,
+    segsum: Tensor,
+    mimo_z: Optional[Tensor],
+    d: Optional[Tensor],
+    z: Optional[Tensor],
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    output_dtype: torch.dtype,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The op on real tensors: the call as the function makes it."""
-    return (_to_op(_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype, launch=True)))
+    return _to_op(
+        _call(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+            launch=True,
+        )
+    )
 
 
 _COMPILE_ERRORS = {}
@@ -1101,6 +2030,7 @@ def _compile_error(exc):
         return exc
     kind = type(exc)
     if kind not in _COMPILE_ERRORS:
+
         def init(self, message):
             Unsupported.__init__(self, message)
 
@@ -1109,35 +2039,134 @@ def _compile_error(exc):
     return _COMPILE_ERRORS[kind](str(exc))
 
 
-def _allocated(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype):
+def _allocated(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    chunk_size,
+    rotary_dim_divisor,
+    output_dtype,
+):
     """The opaque op on fake tensors: the checks and the outputs, no launch; an argument's error
     as :func:`_compile_error` makes it."""
     try:
-        return (_to_op(_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs,
-            da_cs_rev, dt, trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype,
-            launch=False)))
+        return _to_op(
+            _call(
+                dout,
+                q,
+                k,
+                v,
+                q_bias,
+                k_bias,
+                mimo_v,
+                mimo_o,
+                angles,
+                da_cs,
+                da_cs_rev,
+                dt,
+                trap,
+                segsum,
+                mimo_z,
+                d,
+                z,
+                chunk_size,
+                rotary_dim_divisor,
+                output_dtype,
+                launch=False,
+            )
+        )
     except (TypeError, ValueError) as exc:
         raise _compile_error(exc) from None
 
 
-def _traced(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, q_bias: Tensor, k_bias: Tensor, mimo_v:
-    Tensor, mimo_o: Tensor, angles: Tensor, da_cs: Tensor, da_cs_rev: Tensor, dt: Tensor, trap:
-    Tensor, segsum: Tensor, mimo_z: Optional[Tensor], d: Optional[Tensor], z: Optional[Tensor],
-    chunk_size: int, rotary_dim_divisor: int, output_dtype: torch.dtype) -> tuple[Tensor, Tensor,
-    Tensor, Tensor, Tensor]:
+def _traced(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_bias: Tensor,
+    k_bias: Tensor,
+    mimo_v: Tensor,
+    mimo_o: Tensor,
+    angles: Tensor,
+    da_cs: Tensor,
+    da_cs_rev: Tensor,
+    dt: Tensor,
+    trap: Tensor,
+    segsum: Tensor,
+    mimo_z: Optional[Tensor],
+    d: Optional[Tensor],
+    z: Optional[Tensor],
+    chunk_size: int,
+    rotary_dim_divisor: int,
+    output_dtype: torch.dtype,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The op as torch.compile traces it: the kernels launched through torch.library.wrap_triton,
     or the opaque op where they cannot be traced (:func:`_traceable`)."""
     try:
-        outs = (_call(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt,
-            trap, segsum, mimo_z, d, z, chunk_size, rotary_dim_divisor, output_dtype, launch=True,
-            traced=True))
+        outs = _call(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+            launch=True,
+            traced=True,
+        )
     except (TypeError, ValueError) as exc:
         raise _compile_error(exc) from None
     if outs is _OPAQUE:
-        return (torch.ops.opgen.mamba3_mimo_bwd_fwd_opaque(dout, q, k, v, q_bias, k_bias, mimo_v,
-            mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum, mimo_z, d, z, chunk_size,
-            rotary_dim_divisor, output_dtype))
+        return torch.ops.opgen.mamba3_mimo_bwd_fwd_opaque(
+            dout,
+            q,
+            k,
+            v,
+            q_bias,
+            k_bias,
+            mimo_v,
+            mimo_o,
+            angles,
+            da_cs,
+            da_cs_rev,
+            dt,
+            trap,
+            segsum,
+            mimo_z,
+            d,
+            z,
+            chunk_size,
+            rotary_dim_divisor,
+            output_dtype,
+        )
     return _to_op(outs)
 
 

@@ -14,25 +14,22 @@ Chip figures: CANN docs: 248 KB UB on Ascend 950 / Atlas 350 (216 KB in mixed SI
 L1/L0 sizes and core counts not published: read from the driver
 """
 
-CHIP = 'ascend950'
-BACKEND = 'npu'
-RENDERING = 'npu'
-BUDGET_KIND = 'ub_bytes'
+CHIP = "ascend950"
+BACKEND = "npu"
+RENDERING = "npu"
+BUDGET_KIND = "ub_bytes"
 BUDGET = 253952
 PROGRAMS = None
-KEY = ('dtype', 'C', 'has_z', 'R', 'R_pow2', 'N', 'P', 'work')
+KEY = ("dtype", "C", "has_z", "R", "R_pow2", "N", "P", "work")
 BUCKETED = (3, 5, 6, 7)  # positions in KEY that hold bucket indices
 
 # name -> (variant, tunables): each distinct config of the table once
-CONFIGS = {
-}
+CONFIGS = {}
 
 # key -> config: the tuned rows, each with the shapes it stands for and what its winner measured
-TUNED = {
-}
+TUNED = {}
 
 # (plain fields of KEY, (first, last) bucket index per field of BUCKETED, config): the other
 # bucket combinations, each served by the tuned point measured fastest there (marked "measured
 # fastest here") or else by the nearest tuned row that is legal and fits there
-FILL = (
-)
+FILL = ()

@@ -28,149 +28,413 @@ ranges are in the comments.
 Chip figures: CUDA programming guide, cc 9.0; H100 SXM
 """
 
-CHIP = 'h100'
-BACKEND = 'cuda'
-RENDERING = 'cuda'
-BUDGET_KIND = 'smem_bytes'
+CHIP = "h100"
+BACKEND = "cuda"
+RENDERING = "cuda"
+BUDGET_KIND = "smem_bytes"
 BUDGET = 232448
 PROGRAMS = None
-KEY = ('dtype', 'C', 'has_z', 'R', 'R_pow2', 'N', 'P', 'work')
+KEY = ("dtype", "C", "has_z", "R", "R_pow2", "N", "P", "work")
 BUCKETED = (3, 5, 6, 7)  # positions in KEY that hold bucket indices
 
 # name -> (variant, tunables): each distinct config of the table once
 CONFIGS = {
-    'split_static_separate/25d3cf': ('split_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 64, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'split_static_separate/374e06': ('split_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 64, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': True, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 128,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 3,
-    }),
-    'split_static_separate/583ba5': ('split_static_separate', {
-        'BLOCK_P': 128, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'split_static_separate/942f1a': ('split_static_separate', {
-        'BLOCK_P': 128, 'BLOCK_N': 32, 'STATE_BLOCK_N': 16, 'STATE_BLOCK_P': 128,
-        'STATE_PREFETCH': True, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 168,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 3,
-    }),
-    'split_static_separate/9925f9': ('split_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 168,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'split_static_separate/a66fca': ('split_static_separate', {
-        'BLOCK_P': 128, 'BLOCK_N': 32, 'STATE_BLOCK_N': 16, 'STATE_BLOCK_P': 128,
-        'STATE_PREFETCH': True, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 168,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 3,
-    }),
-    'split_static_separate/c94a32': ('split_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 64, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': True, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 128,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 3,
-    }),
-    'split_static_separate/cb1344': ('split_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 64, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'split_static_separate/e05ce5': ('split_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 16, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': True, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 168,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 3,
-    }),
-    'splitscan_static_separate/20ac9f': ('splitscan_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/234fb6': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 32,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 128,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/508c38': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 32, 'STATE_BLOCK_N': 64, 'STATE_BLOCK_P': 32,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 128,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/6151c1': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 32,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/9925f9': ('splitscan_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 168,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/a0393f': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 32,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 128,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/a40978': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 16, 'STATE_BLOCK_N': 16, 'STATE_BLOCK_P': 32,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False, 'DOT_PRECISION': 'bf16x6',
-        'num_warps': 2, 'num_stages': 1,
-    }),
-    'splitscan_static_separate/ad2a93': ('splitscan_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 64, 'STATE_BLOCK_N': 64, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/c9ca9c': ('splitscan_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 64, 'STATE_BLOCK_N': 64, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/cb5052': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 32, 'STATE_BLOCK_N': 64, 'STATE_BLOCK_P': 32,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 128,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': True,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/cd5fdb': ('splitscan_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 32, 'STATE_BLOCK_N': 32, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 168,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False,
-        'DOT_PRECISION': 'tf32x3_split', 'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/e1747c': ('splitscan_static_separate', {
-        'BLOCK_P': 64, 'BLOCK_N': 16, 'STATE_BLOCK_N': 16, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': False, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False, 'DOT_PRECISION': 'tf32x3',
-        'num_warps': 4, 'num_stages': 2,
-    }),
-    'splitscan_static_separate/fc4f87': ('splitscan_static_separate', {
-        'BLOCK_P': 32, 'BLOCK_N': 16, 'STATE_BLOCK_N': 16, 'STATE_BLOCK_P': 64,
-        'STATE_PREFETCH': False, 'STATE_TRANSPOSED': True, 'CHUNK_MAXNREG': 0,
-        'CHUNK_HALVES': False, 'ROW_TILES': True, 'GATE_KERNEL': False, 'DOT_PRECISION': 'bf16x6',
-        'num_warps': 2, 'num_stages': 1,
-    }),
+    "split_static_separate/25d3cf": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 64,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "split_static_separate/374e06": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 64,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": True,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 128,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 3,
+        },
+    ),
+    "split_static_separate/583ba5": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 128,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "split_static_separate/942f1a": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 128,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 16,
+            "STATE_BLOCK_P": 128,
+            "STATE_PREFETCH": True,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 168,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 3,
+        },
+    ),
+    "split_static_separate/9925f9": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 168,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "split_static_separate/a66fca": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 128,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 16,
+            "STATE_BLOCK_P": 128,
+            "STATE_PREFETCH": True,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 168,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 3,
+        },
+    ),
+    "split_static_separate/c94a32": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 64,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": True,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 128,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 3,
+        },
+    ),
+    "split_static_separate/cb1344": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 64,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "split_static_separate/e05ce5": (
+        "split_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 16,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": True,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 168,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 3,
+        },
+    ),
+    "splitscan_static_separate/20ac9f": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/234fb6": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 32,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 128,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/508c38": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 64,
+            "STATE_BLOCK_P": 32,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 128,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/6151c1": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 32,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/9925f9": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 168,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/a0393f": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 32,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 128,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/a40978": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 16,
+            "STATE_BLOCK_N": 16,
+            "STATE_BLOCK_P": 32,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "bf16x6",
+            "num_warps": 2,
+            "num_stages": 1,
+        },
+    ),
+    "splitscan_static_separate/ad2a93": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 64,
+            "STATE_BLOCK_N": 64,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/c9ca9c": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 64,
+            "STATE_BLOCK_N": 64,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/cb5052": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 64,
+            "STATE_BLOCK_P": 32,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 128,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": True,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/cd5fdb": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 32,
+            "STATE_BLOCK_N": 32,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 168,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3_split",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/e1747c": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 64,
+            "BLOCK_N": 16,
+            "STATE_BLOCK_N": 16,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": False,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "tf32x3",
+            "num_warps": 4,
+            "num_stages": 2,
+        },
+    ),
+    "splitscan_static_separate/fc4f87": (
+        "splitscan_static_separate",
+        {
+            "BLOCK_P": 32,
+            "BLOCK_N": 16,
+            "STATE_BLOCK_N": 16,
+            "STATE_BLOCK_P": 64,
+            "STATE_PREFETCH": False,
+            "STATE_TRANSPOSED": True,
+            "CHUNK_MAXNREG": 0,
+            "CHUNK_HALVES": False,
+            "ROW_TILES": True,
+            "GATE_KERNEL": False,
+            "DOT_PRECISION": "bf16x6",
+            "num_warps": 2,
+            "num_stages": 1,
+        },
+    ),
 }
 
 # key -> config: the tuned rows, each with the shapes it stands for and what its winner measured
@@ -178,91 +442,91 @@ TUNED = {
     # dtype=bfloat16, C=8, has_z=False, R in (2, 4], R_pow2=True, N <= 32, P in (32, 64],
     # work in (32, 64], median 0.3950 ms, smem_bytes 31232, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, False, 2, 0, 1, 1)
-    ('bfloat16', 8, False, 2, True, 0, 1, 1): 'splitscan_static_separate/e1747c',
+    ("bfloat16", 8, False, 2, True, 0, 1, 1): "splitscan_static_separate/e1747c",
     # dtype=bfloat16, C=8, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P in (64, 128],
     # work in (32, 64], median 1.8340 ms, smem_bytes 106496, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, False, 2, 2, 2, 1)
-    ('bfloat16', 8, False, 2, True, 2, 2, 1): 'split_static_separate/a66fca',
+    ("bfloat16", 8, False, 2, True, 2, 2, 1): "split_static_separate/a66fca",
     # dtype=bfloat16, C=8, has_z=False, R in (2, 4], R_pow2=True, N in (128, 256], P in (32, 64],
     # work in (32, 64], median 2.0408 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, False, 2, 3, 1, 1)
-    ('bfloat16', 8, False, 2, True, 3, 1, 1): 'split_static_separate/374e06',
+    ("bfloat16", 8, False, 2, True, 3, 1, 1): "split_static_separate/374e06",
     # dtype=bfloat16, C=8, has_z=False, R in (4, 8], R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 2.0533 ms, smem_bytes 182272, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, False, 3, 2, 1, 1)
-    ('bfloat16', 8, False, 3, True, 2, 1, 1): 'split_static_separate/25d3cf',
+    ("bfloat16", 8, False, 3, True, 2, 1, 1): "split_static_separate/25d3cf",
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N <= 32, P in (32, 64],
     # work in (32, 64], median 0.6033 ms, smem_bytes 14336, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, True, 2, 0, 1, 1)
-    ('bfloat16', 8, True, 2, True, 0, 1, 1): 'splitscan_static_separate/fc4f87',
+    ("bfloat16", 8, True, 2, True, 0, 1, 1): "splitscan_static_separate/fc4f87",
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N in (64, 128], P in (64, 128],
     # work in (32, 64], median 2.3217 ms, smem_bytes 106496, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, True, 2, 2, 2, 1)
-    ('bfloat16', 8, True, 2, True, 2, 2, 1): 'split_static_separate/942f1a',
+    ("bfloat16", 8, True, 2, True, 2, 2, 1): "split_static_separate/942f1a",
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N in (128, 256], P in (32, 64],
     # work in (32, 64], median 2.2806 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, True, 2, 3, 1, 1)
-    ('bfloat16', 8, True, 2, True, 3, 1, 1): 'split_static_separate/c94a32',
+    ("bfloat16", 8, True, 2, True, 3, 1, 1): "split_static_separate/c94a32",
     # dtype=bfloat16, C=8, has_z=True, R in (4, 8], R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 2.5611 ms, smem_bytes 182272, tuned 2026-12-03,
     # measured for key ('bfloat16', 8, True, 3, 2, 1, 1)
-    ('bfloat16', 8, True, 3, True, 2, 1, 1): 'split_static_separate/cb1344',
+    ("bfloat16", 8, True, 3, True, 2, 1, 1): "split_static_separate/cb1344",
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N <= 32, P in (32, 64],
     # work in (32, 64], median 0.4046 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, False, 2, 0, 1, 1)
-    ('bfloat16', 16, False, 2, True, 0, 1, 1): 'splitscan_static_separate/cd5fdb',
+    ("bfloat16", 16, False, 2, True, 0, 1, 1): "splitscan_static_separate/cd5fdb",
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (32, 64], P in (32, 64],
     # work in (32, 64], median 0.6287 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, False, 2, 1, 1, 1)
-    ('bfloat16', 16, False, 2, True, 1, 1, 1): 'splitscan_static_separate/cd5fdb',
+    ("bfloat16", 16, False, 2, True, 1, 1, 1): "splitscan_static_separate/cd5fdb",
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (32, 64], P in (64, 128],
     # work in (32, 64], median 1.1197 ms, smem_bytes 108544, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, False, 2, 1, 2, 1)
-    ('bfloat16', 16, False, 2, True, 1, 2, 1): 'split_static_separate/583ba5',
+    ("bfloat16", 16, False, 2, True, 1, 2, 1): "split_static_separate/583ba5",
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P <= 32,
     # work in (32, 64], median 0.7644 ms, smem_bytes 112640, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, False, 2, 2, 0, 1)
-    ('bfloat16', 16, False, 2, True, 2, 0, 1): 'splitscan_static_separate/508c38',
+    ("bfloat16", 16, False, 2, True, 2, 0, 1): "splitscan_static_separate/508c38",
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 1.0566 ms, smem_bytes 184320, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, False, 2, 2, 1, 1)
-    ('bfloat16', 16, False, 2, True, 2, 1, 1): 'split_static_separate/25d3cf',
+    ("bfloat16", 16, False, 2, True, 2, 1, 1): "split_static_separate/25d3cf",
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N <= 32, P in (32, 64],
     # work in (32, 64], median 0.5462 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, True, 2, 0, 1, 1)
-    ('bfloat16', 16, True, 2, True, 0, 1, 1): 'splitscan_static_separate/9925f9',
+    ("bfloat16", 16, True, 2, True, 0, 1, 1): "splitscan_static_separate/9925f9",
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (32, 64], P in (32, 64],
     # work in (32, 64], median 0.7826 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, True, 2, 1, 1, 1)
-    ('bfloat16', 16, True, 2, True, 1, 1, 1): 'splitscan_static_separate/9925f9',
+    ("bfloat16", 16, True, 2, True, 1, 1, 1): "splitscan_static_separate/9925f9",
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (32, 64], P in (64, 128],
     # work in (32, 64], median 1.4216 ms, smem_bytes 100352, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, True, 2, 1, 2, 1)
-    ('bfloat16', 16, True, 2, True, 1, 2, 1): 'split_static_separate/9925f9',
+    ("bfloat16", 16, True, 2, True, 1, 2, 1): "split_static_separate/9925f9",
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (64, 128], P <= 32,
     # work in (32, 64], median 0.8432 ms, smem_bytes 112640, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, True, 2, 2, 0, 1)
-    ('bfloat16', 16, True, 2, True, 2, 0, 1): 'splitscan_static_separate/cb5052',
+    ("bfloat16", 16, True, 2, True, 2, 0, 1): "splitscan_static_separate/cb5052",
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 1.2117 ms, smem_bytes 184320, tuned 2026-12-03,
     # measured for key ('bfloat16', 16, True, 2, 2, 1, 1)
-    ('bfloat16', 16, True, 2, True, 2, 1, 1): 'split_static_separate/cb1344',
+    ("bfloat16", 16, True, 2, True, 2, 1, 1): "split_static_separate/cb1344",
     # dtype=bfloat16, C=32, has_z=False, R in (1, 2], R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 0.5656 ms, smem_bytes 188416, tuned 2026-12-03,
     # measured for key ('bfloat16', 32, False, 1, 2, 1, 1)
-    ('bfloat16', 32, False, 1, True, 2, 1, 1): 'splitscan_static_separate/c9ca9c',
+    ("bfloat16", 32, False, 1, True, 2, 1, 1): "splitscan_static_separate/c9ca9c",
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 0.6360 ms, smem_bytes 188416, tuned 2026-12-03,
     # measured for key ('bfloat16', 32, True, 1, 2, 1, 1)
-    ('bfloat16', 32, True, 1, True, 2, 1, 1): 'splitscan_static_separate/ad2a93',
+    ("bfloat16", 32, True, 1, True, 2, 1, 1): "splitscan_static_separate/ad2a93",
     # dtype=bfloat16, C=64, has_z=False, R <= 1, R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 0.3413 ms, smem_bytes 196608, tuned 2026-12-03,
     # measured for key ('bfloat16', 64, False, 0, 2, 1, 1)
-    ('bfloat16', 64, False, 0, True, 2, 1, 1): 'splitscan_static_separate/c9ca9c',
+    ("bfloat16", 64, False, 0, True, 2, 1, 1): "splitscan_static_separate/c9ca9c",
     # dtype=bfloat16, C=64, has_z=True, R <= 1, R_pow2=True, N in (64, 128], P in (32, 64],
     # work in (32, 64], median 0.3816 ms, smem_bytes 196608, tuned 2026-12-03,
     # measured for key ('bfloat16', 64, True, 0, 2, 1, 1)
-    ('bfloat16', 64, True, 0, True, 2, 1, 1): 'splitscan_static_separate/ad2a93',
+    ("bfloat16", 64, True, 0, True, 2, 1, 1): "splitscan_static_separate/ad2a93",
 }
 
 # (plain fields of KEY, (first, last) bucket index per field of BUCKETED, config): the other
@@ -271,255 +535,435 @@ TUNED = {
 FILL = (
     # dtype=bfloat16, C=8, has_z=False, R <= 1, R_pow2=True, N in (64, 128], P <= 32, work <= 32,
     # measured fastest here
-    (('bfloat16', 8, False, True), ((0, 0), (2, 2), (0, 0), (0, 0)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("bfloat16", 8, False, True),
+        ((0, 0), (2, 2), (0, 0), (0, 0)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=bfloat16, C=8, has_z=False, R <= 1, R_pow2=True, N in (64, 128], P <= 32, work > 32
-    (('bfloat16', 8, False, True), ((0, 0), (2, 2), (0, 0), (1, 3)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("bfloat16", 8, False, True),
+        ((0, 0), (2, 2), (0, 0), (1, 3)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=bfloat16, C=8, has_z=False, R in (2, 4], R_pow2=True, N <= 32, P in (32, 64], work any
-    (('bfloat16', 8, False, True), ((2, 2), (0, 0), (1, 1), (0, 3)),
-        'splitscan_static_separate/e1747c'),
+    (
+        ("bfloat16", 8, False, True),
+        ((2, 2), (0, 0), (1, 1), (0, 3)),
+        "splitscan_static_separate/e1747c",
+    ),
     # dtype=bfloat16, C=8, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P in (64, 128],
     # work any
-    (('bfloat16', 8, False, True), ((2, 2), (2, 2), (2, 2), (0, 3)), 'split_static_separate/a66fca'
-        ),
+    (
+        ("bfloat16", 8, False, True),
+        ((2, 2), (2, 2), (2, 2), (0, 3)),
+        "split_static_separate/a66fca",
+    ),
     # dtype=bfloat16, C=8, has_z=False, R in (2, 4], R_pow2=True, N in (128, 256], P in (32, 64],
     # work any
-    (('bfloat16', 8, False, True), ((2, 2), (3, 3), (1, 1), (0, 3)), 'split_static_separate/374e06'
-        ),
+    (
+        ("bfloat16", 8, False, True),
+        ((2, 2), (3, 3), (1, 1), (0, 3)),
+        "split_static_separate/374e06",
+    ),
     # dtype=bfloat16, C=8, has_z=False, R in (4, 8], R_pow2=True, N in (64, 128], P in (32, 64],
     # work any
-    (('bfloat16', 8, False, True), ((3, 3), (2, 2), (1, 1), (0, 3)), 'split_static_separate/25d3cf'
-        ),
+    (
+        ("bfloat16", 8, False, True),
+        ((3, 3), (2, 2), (1, 1), (0, 3)),
+        "split_static_separate/25d3cf",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (1, 4], R_pow2=True, N <= 32, P in (32, 64], work <= 64
-    (('bfloat16', 8, True, True), ((1, 2), (0, 0), (1, 1), (0, 1)),
-        'splitscan_static_separate/fc4f87'),
+    (
+        ("bfloat16", 8, True, True),
+        ((1, 2), (0, 0), (1, 1), (0, 1)),
+        "splitscan_static_separate/fc4f87",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P in (32, 64],
     # work in (64, 256], measured fastest here
-    (('bfloat16', 8, True, True), ((1, 1), (0, 0), (1, 1), (2, 2)),
-        'splitscan_static_separate/fc4f87'),
+    (
+        ("bfloat16", 8, True, True),
+        ((1, 1), (0, 0), (1, 1), (2, 2)),
+        "splitscan_static_separate/fc4f87",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (1, 4], R_pow2=True, N <= 32, P in (32, 64], work > 256
-    (('bfloat16', 8, True, True), ((1, 2), (0, 0), (1, 1), (3, 3)),
-        'splitscan_static_separate/fc4f87'),
+    (
+        ("bfloat16", 8, True, True),
+        ((1, 2), (0, 0), (1, 1), (3, 3)),
+        "splitscan_static_separate/fc4f87",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N <= 32, P in (32, 64], work > 64
-    (('bfloat16', 8, True, True), ((2, 2), (0, 0), (1, 1), (2, 3)),
-        'splitscan_static_separate/fc4f87'),
+    (
+        ("bfloat16", 8, True, True),
+        ((2, 2), (0, 0), (1, 1), (2, 3)),
+        "splitscan_static_separate/fc4f87",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N <= 32, P in (64, 128],
     # work <= 32
-    (('bfloat16', 8, True, True), ((2, 2), (0, 0), (2, 2), (0, 0)), 'split_static_separate/942f1a'),
+    (("bfloat16", 8, True, True), ((2, 2), (0, 0), (2, 2), (0, 0)), "split_static_separate/942f1a"),
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N <= 32, P in (64, 128],
     # work in (32, 64], measured fastest here
-    (('bfloat16', 8, True, True), ((2, 2), (0, 0), (2, 2), (1, 1)), 'split_static_separate/942f1a'),
+    (("bfloat16", 8, True, True), ((2, 2), (0, 0), (2, 2), (1, 1)), "split_static_separate/942f1a"),
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N <= 32, P in (64, 128], work > 64
-    (('bfloat16', 8, True, True), ((2, 2), (0, 0), (2, 2), (2, 3)), 'split_static_separate/942f1a'),
+    (("bfloat16", 8, True, True), ((2, 2), (0, 0), (2, 2), (2, 3)), "split_static_separate/942f1a"),
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N in (64, 128], P in (64, 128],
     # work any
-    (('bfloat16', 8, True, True), ((2, 2), (2, 2), (2, 2), (0, 3)), 'split_static_separate/942f1a'),
+    (("bfloat16", 8, True, True), ((2, 2), (2, 2), (2, 2), (0, 3)), "split_static_separate/942f1a"),
     # dtype=bfloat16, C=8, has_z=True, R in (2, 4], R_pow2=True, N in (128, 256], P in (32, 64],
     # work any
-    (('bfloat16', 8, True, True), ((2, 2), (3, 3), (1, 1), (0, 3)), 'split_static_separate/c94a32'),
+    (("bfloat16", 8, True, True), ((2, 2), (3, 3), (1, 1), (0, 3)), "split_static_separate/c94a32"),
     # dtype=bfloat16, C=8, has_z=True, R in (4, 8], R_pow2=True, N in (32, 64], P in (64, 128],
     # work <= 32, measured fastest here
-    (('bfloat16', 8, True, True), ((3, 3), (1, 1), (2, 2), (0, 0)),
-        'splitscan_static_separate/9925f9'),
+    (
+        ("bfloat16", 8, True, True),
+        ((3, 3), (1, 1), (2, 2), (0, 0)),
+        "splitscan_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (4, 8], R_pow2=True, N in (32, 64], P in (64, 128],
     # work > 32
-    (('bfloat16', 8, True, True), ((3, 3), (1, 1), (2, 2), (1, 3)),
-        'splitscan_static_separate/9925f9'),
+    (
+        ("bfloat16", 8, True, True),
+        ((3, 3), (1, 1), (2, 2), (1, 3)),
+        "splitscan_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=8, has_z=True, R in (4, 8], R_pow2=True, N in (64, 128], P in (32, 64],
     # work any
-    (('bfloat16', 8, True, True), ((3, 3), (2, 2), (1, 1), (0, 3)), 'split_static_separate/cb1344'),
+    (("bfloat16", 8, True, True), ((3, 3), (2, 2), (1, 1), (0, 3)), "split_static_separate/cb1344"),
     # dtype=bfloat16, C=16, has_z=False, R in (1, 2], R_pow2=True, N in (128, 256], P in (64, 128],
     # work <= 64
-    (('bfloat16', 16, False, True), ((1, 1), (3, 3), (2, 2), (0, 1)), 'split_static_separate/a66fca'
-        ),
+    (
+        ("bfloat16", 16, False, True),
+        ((1, 1), (3, 3), (2, 2), (0, 1)),
+        "split_static_separate/a66fca",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (1, 2], R_pow2=True, N in (128, 256], P in (64, 128],
     # work in (64, 256], measured fastest here
-    (('bfloat16', 16, False, True), ((1, 1), (3, 3), (2, 2), (2, 2)), 'split_static_separate/a66fca'
-        ),
+    (
+        ("bfloat16", 16, False, True),
+        ((1, 1), (3, 3), (2, 2), (2, 2)),
+        "split_static_separate/a66fca",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (1, 2], R_pow2=True, N in (128, 256], P in (64, 128],
     # work > 256
-    (('bfloat16', 16, False, True), ((1, 1), (3, 3), (2, 2), (3, 3)), 'split_static_separate/a66fca'
-        ),
+    (
+        ("bfloat16", 16, False, True),
+        ((1, 1), (3, 3), (2, 2), (3, 3)),
+        "split_static_separate/a66fca",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N <= 64, P in (32, 64], work any
-    (('bfloat16', 16, False, True), ((2, 2), (0, 1), (1, 1), (0, 3)),
-        'splitscan_static_separate/cd5fdb'),
+    (
+        ("bfloat16", 16, False, True),
+        ((2, 2), (0, 1), (1, 1), (0, 3)),
+        "splitscan_static_separate/cd5fdb",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (32, 64], P in (64, 128],
     # work any
-    (('bfloat16', 16, False, True), ((2, 2), (1, 1), (2, 2), (0, 3)), 'split_static_separate/583ba5'
-        ),
+    (
+        ("bfloat16", 16, False, True),
+        ((2, 2), (1, 1), (2, 2), (0, 3)),
+        "split_static_separate/583ba5",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P <= 32,
     # work any
-    (('bfloat16', 16, False, True), ((2, 2), (2, 2), (0, 0), (0, 3)),
-        'splitscan_static_separate/508c38'),
+    (
+        ("bfloat16", 16, False, True),
+        ((2, 2), (2, 2), (0, 0), (0, 3)),
+        "splitscan_static_separate/508c38",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P in (32, 64],
     # work <= 64, measured fastest here
-    (('bfloat16', 16, False, True), ((2, 2), (2, 2), (1, 1), (0, 1)),
-        'splitscan_static_separate/cd5fdb'),
+    (
+        ("bfloat16", 16, False, True),
+        ((2, 2), (2, 2), (1, 1), (0, 1)),
+        "splitscan_static_separate/cd5fdb",
+    ),
     # dtype=bfloat16, C=16, has_z=False, R in (2, 4], R_pow2=True, N in (64, 128], P in (32, 64],
     # work > 64
-    (('bfloat16', 16, False, True), ((2, 2), (2, 2), (1, 1), (2, 3)), 'split_static_separate/25d3cf'
-        ),
+    (
+        ("bfloat16", 16, False, True),
+        ((2, 2), (2, 2), (1, 1), (2, 3)),
+        "split_static_separate/25d3cf",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R <= 1, R_pow2=True, N <= 32, P <= 32, work <= 64
-    (('bfloat16', 16, True, True), ((0, 0), (0, 0), (0, 0), (0, 1)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("bfloat16", 16, True, True),
+        ((0, 0), (0, 0), (0, 0), (0, 1)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R <= 1, R_pow2=True, N <= 32, P <= 32, work in (64, 256],
     # measured fastest here
-    (('bfloat16', 16, True, True), ((0, 0), (0, 0), (0, 0), (2, 2)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("bfloat16", 16, True, True),
+        ((0, 0), (0, 0), (0, 0), (2, 2)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R <= 1, R_pow2=True, N <= 32, P <= 32, work > 256
-    (('bfloat16', 16, True, True), ((0, 0), (0, 0), (0, 0), (3, 3)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("bfloat16", 16, True, True),
+        ((0, 0), (0, 0), (0, 0), (3, 3)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N <= 64, P in (32, 64], work any
-    (('bfloat16', 16, True, True), ((2, 2), (0, 1), (1, 1), (0, 3)),
-        'splitscan_static_separate/9925f9'),
+    (
+        ("bfloat16", 16, True, True),
+        ((2, 2), (0, 1), (1, 1), (0, 3)),
+        "splitscan_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (32, 64], P in (64, 128],
     # work any
-    (('bfloat16', 16, True, True), ((2, 2), (1, 1), (2, 2), (0, 3)), 'split_static_separate/9925f9'
-        ),
+    (
+        ("bfloat16", 16, True, True),
+        ((2, 2), (1, 1), (2, 2), (0, 3)),
+        "split_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (64, 128], P <= 32, work any
-    (('bfloat16', 16, True, True), ((2, 2), (2, 2), (0, 0), (0, 3)),
-        'splitscan_static_separate/cb5052'),
+    (
+        ("bfloat16", 16, True, True),
+        ((2, 2), (2, 2), (0, 0), (0, 3)),
+        "splitscan_static_separate/cb5052",
+    ),
     # dtype=bfloat16, C=16, has_z=True, R in (2, 4], R_pow2=True, N in (64, 128], P in (32, 64],
     # work any
-    (('bfloat16', 16, True, True), ((2, 2), (2, 2), (1, 1), (0, 3)), 'split_static_separate/cb1344'
-        ),
+    (
+        ("bfloat16", 16, True, True),
+        ((2, 2), (2, 2), (1, 1), (0, 3)),
+        "split_static_separate/cb1344",
+    ),
     # dtype=bfloat16, C=32, has_z=False, R in (1, 2], R_pow2=True, N in (64, 128], P in (32, 64],
     # work any
-    (('bfloat16', 32, False, True), ((1, 1), (2, 2), (1, 1), (0, 3)),
-        'splitscan_static_separate/c9ca9c'),
+    (
+        ("bfloat16", 32, False, True),
+        ((1, 1), (2, 2), (1, 1), (0, 3)),
+        "splitscan_static_separate/c9ca9c",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R <= 1, R_pow2=True, N in (32, 64], P in (32, 64],
     # work <= 64
-    (('bfloat16', 32, True, True), ((0, 0), (1, 1), (1, 1), (0, 1)), 'split_static_separate/e05ce5'
-        ),
+    (
+        ("bfloat16", 32, True, True),
+        ((0, 0), (1, 1), (1, 1), (0, 1)),
+        "split_static_separate/e05ce5",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R <= 1, R_pow2=True, N in (32, 64], P in (32, 64],
     # work in (64, 256], measured fastest here
-    (('bfloat16', 32, True, True), ((0, 0), (1, 1), (1, 1), (2, 2)), 'split_static_separate/e05ce5'
-        ),
+    (
+        ("bfloat16", 32, True, True),
+        ((0, 0), (1, 1), (1, 1), (2, 2)),
+        "split_static_separate/e05ce5",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R <= 1, R_pow2=True, N in (32, 64], P in (32, 64],
     # work > 256
-    (('bfloat16', 32, True, True), ((0, 0), (1, 1), (1, 1), (3, 3)), 'split_static_separate/e05ce5'
-        ),
+    (
+        ("bfloat16", 32, True, True),
+        ((0, 0), (1, 1), (1, 1), (3, 3)),
+        "split_static_separate/e05ce5",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R <= 1, R_pow2=True, N in (64, 128], P in (64, 128],
     # work <= 256
-    (('bfloat16', 32, True, True), ((0, 0), (2, 2), (2, 2), (0, 2)), 'split_static_separate/942f1a'
-        ),
+    (
+        ("bfloat16", 32, True, True),
+        ((0, 0), (2, 2), (2, 2), (0, 2)),
+        "split_static_separate/942f1a",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R <= 1, R_pow2=True, N in (64, 128], P in (64, 128],
     # work > 256, measured fastest here
-    (('bfloat16', 32, True, True), ((0, 0), (2, 2), (2, 2), (3, 3)), 'split_static_separate/942f1a'
-        ),
+    (
+        ("bfloat16", 32, True, True),
+        ((0, 0), (2, 2), (2, 2), (3, 3)),
+        "split_static_separate/942f1a",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work <= 256
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (0, 0), (0, 2)),
-        'splitscan_static_separate/a0393f'),
+    (
+        ("bfloat16", 32, True, True),
+        ((1, 1), (0, 0), (0, 0), (0, 2)),
+        "splitscan_static_separate/a0393f",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work > 256,
     # measured fastest here
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (0, 0), (3, 3)),
-        'splitscan_static_separate/a0393f'),
+    (
+        ("bfloat16", 32, True, True),
+        ((1, 1), (0, 0), (0, 0), (3, 3)),
+        "splitscan_static_separate/a0393f",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P in (32, 64],
     # work <= 64
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (1, 1), (0, 1)),
-        'splitscan_static_separate/9925f9'),
+    (
+        ("bfloat16", 32, True, True),
+        ((1, 1), (0, 0), (1, 1), (0, 1)),
+        "splitscan_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P in (32, 64],
     # work in (64, 256], measured fastest here
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (1, 1), (2, 2)),
-        'splitscan_static_separate/9925f9'),
+    (
+        ("bfloat16", 32, True, True),
+        ((1, 1), (0, 0), (1, 1), (2, 2)),
+        "splitscan_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P in (32, 64],
     # work > 256
-    (('bfloat16', 32, True, True), ((1, 1), (0, 0), (1, 1), (3, 3)),
-        'splitscan_static_separate/9925f9'),
+    (
+        ("bfloat16", 32, True, True),
+        ((1, 1), (0, 0), (1, 1), (3, 3)),
+        "splitscan_static_separate/9925f9",
+    ),
     # dtype=bfloat16, C=32, has_z=True, R in (1, 2], R_pow2=True, N in (64, 128], P in (32, 64],
     # work any
-    (('bfloat16', 32, True, True), ((1, 1), (2, 2), (1, 1), (0, 3)),
-        'splitscan_static_separate/ad2a93'),
+    (
+        ("bfloat16", 32, True, True),
+        ((1, 1), (2, 2), (1, 1), (0, 3)),
+        "splitscan_static_separate/ad2a93",
+    ),
     # dtype=bfloat16, C=64, has_z=False, R <= 1, R_pow2=True, N in (64, 128], P in (32, 64],
     # work any
-    (('bfloat16', 64, False, True), ((0, 0), (2, 2), (1, 1), (0, 3)),
-        'splitscan_static_separate/c9ca9c'),
+    (
+        ("bfloat16", 64, False, True),
+        ((0, 0), (2, 2), (1, 1), (0, 3)),
+        "splitscan_static_separate/c9ca9c",
+    ),
     # dtype=bfloat16, C=64, has_z=True, R <= 1, R_pow2=True, N in (64, 128], P in (32, 64],
     # work <= 256
-    (('bfloat16', 64, True, True), ((0, 0), (2, 2), (1, 1), (0, 2)),
-        'splitscan_static_separate/ad2a93'),
+    (
+        ("bfloat16", 64, True, True),
+        ((0, 0), (2, 2), (1, 1), (0, 2)),
+        "splitscan_static_separate/ad2a93",
+    ),
     # dtype=bfloat16, C=64, has_z=True, R <= 1, R_pow2=True, N in (64, 128], P in (32, 64],
     # work > 256, measured fastest here
-    (('bfloat16', 64, True, True), ((0, 0), (2, 2), (1, 1), (3, 3)),
-        'splitscan_static_separate/ad2a93'),
+    (
+        ("bfloat16", 64, True, True),
+        ((0, 0), (2, 2), (1, 1), (3, 3)),
+        "splitscan_static_separate/ad2a93",
+    ),
     # dtype=float16, C=8, has_z=False, R <= 1, R_pow2=True, N in (128, 256], P <= 32, work <= 64
-    (('float16', 8, False, True), ((0, 0), (3, 3), (0, 0), (0, 1)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("float16", 8, False, True),
+        ((0, 0), (3, 3), (0, 0), (0, 1)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=float16, C=8, has_z=False, R <= 1, R_pow2=True, N in (128, 256], P <= 32,
     # work in (64, 256], measured fastest here
-    (('float16', 8, False, True), ((0, 0), (3, 3), (0, 0), (2, 2)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("float16", 8, False, True),
+        ((0, 0), (3, 3), (0, 0), (2, 2)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=float16, C=8, has_z=False, R <= 1, R_pow2=True, N in (128, 256], P <= 32, work > 256
-    (('float16', 8, False, True), ((0, 0), (3, 3), (0, 0), (3, 3)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("float16", 8, False, True),
+        ((0, 0), (3, 3), (0, 0), (3, 3)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=float16, C=8, has_z=False, R in (1, 2], R_pow2=True, N <= 32, P in (32, 64], work <= 32,
     # measured fastest here
-    (('float16', 8, False, True), ((1, 1), (0, 0), (1, 1), (0, 0)), 'split_static_separate/e05ce5'),
+    (("float16", 8, False, True), ((1, 1), (0, 0), (1, 1), (0, 0)), "split_static_separate/e05ce5"),
     # dtype=float16, C=8, has_z=False, R in (1, 2], R_pow2=True, N <= 32, P in (32, 64], work > 32
-    (('float16', 8, False, True), ((1, 1), (0, 0), (1, 1), (1, 3)), 'split_static_separate/e05ce5'),
+    (("float16", 8, False, True), ((1, 1), (0, 0), (1, 1), (1, 3)), "split_static_separate/e05ce5"),
     # dtype=float16, C=8, has_z=False, R in (2, 4], R_pow2=True, N <= 32, P in (64, 128],
     # work <= 64
-    (('float16', 8, False, True), ((2, 2), (0, 0), (2, 2), (0, 1)), 'split_static_separate/942f1a'),
+    (("float16", 8, False, True), ((2, 2), (0, 0), (2, 2), (0, 1)), "split_static_separate/942f1a"),
     # dtype=float16, C=8, has_z=False, R in (2, 4], R_pow2=True, N <= 32, P in (64, 128],
     # work in (64, 256], measured fastest here
-    (('float16', 8, False, True), ((2, 2), (0, 0), (2, 2), (2, 2)), 'split_static_separate/942f1a'),
+    (("float16", 8, False, True), ((2, 2), (0, 0), (2, 2), (2, 2)), "split_static_separate/942f1a"),
     # dtype=float16, C=8, has_z=False, R in (2, 4], R_pow2=True, N <= 32, P in (64, 128],
     # work > 256
-    (('float16', 8, False, True), ((2, 2), (0, 0), (2, 2), (3, 3)), 'split_static_separate/942f1a'),
+    (("float16", 8, False, True), ((2, 2), (0, 0), (2, 2), (3, 3)), "split_static_separate/942f1a"),
     # dtype=float16, C=8, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work <= 64
-    (('float16', 8, True, True), ((1, 1), (0, 0), (0, 0), (0, 1)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("float16", 8, True, True),
+        ((1, 1), (0, 0), (0, 0), (0, 1)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=float16, C=8, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work in (64, 256],
     # measured fastest here
-    (('float16', 8, True, True), ((1, 1), (0, 0), (0, 0), (2, 2)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("float16", 8, True, True),
+        ((1, 1), (0, 0), (0, 0), (2, 2)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=float16, C=8, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work > 256
-    (('float16', 8, True, True), ((1, 1), (0, 0), (0, 0), (3, 3)),
-        'splitscan_static_separate/a40978'),
+    (
+        ("float16", 8, True, True),
+        ((1, 1), (0, 0), (0, 0), (3, 3)),
+        "splitscan_static_separate/a40978",
+    ),
     # dtype=float16, C=16, has_z=False, R <= 1, R_pow2=True, N <= 32, P in (64, 128], work <= 32,
     # measured fastest here
-    (('float16', 16, False, True), ((0, 0), (0, 0), (2, 2), (0, 0)),
-        'splitscan_static_separate/20ac9f'),
+    (
+        ("float16", 16, False, True),
+        ((0, 0), (0, 0), (2, 2), (0, 0)),
+        "splitscan_static_separate/20ac9f",
+    ),
     # dtype=float16, C=16, has_z=False, R <= 1, R_pow2=True, N <= 32, P in (64, 128], work > 32
-    (('float16', 16, False, True), ((0, 0), (0, 0), (2, 2), (1, 3)),
-        'splitscan_static_separate/20ac9f'),
+    (
+        ("float16", 16, False, True),
+        ((0, 0), (0, 0), (2, 2), (1, 3)),
+        "splitscan_static_separate/20ac9f",
+    ),
     # dtype=float16, C=16, has_z=False, R in (1, 2], R_pow2=True, N <= 32, P in (64, 128],
     # work <= 256
-    (('float16', 16, False, True), ((1, 1), (0, 0), (2, 2), (0, 2)), 'split_static_separate/a66fca'
-        ),
+    (
+        ("float16", 16, False, True),
+        ((1, 1), (0, 0), (2, 2), (0, 2)),
+        "split_static_separate/a66fca",
+    ),
     # dtype=float16, C=16, has_z=False, R in (1, 2], R_pow2=True, N <= 32, P in (64, 128],
     # work > 256, measured fastest here
-    (('float16', 16, False, True), ((1, 1), (0, 0), (2, 2), (3, 3)), 'split_static_separate/a66fca'
-        ),
+    (
+        ("float16", 16, False, True),
+        ((1, 1), (0, 0), (2, 2), (3, 3)),
+        "split_static_separate/a66fca",
+    ),
     # dtype=float16, C=16, has_z=False, R in (1, 2], R_pow2=True, N in (128, 256], P in (32, 64],
     # work <= 32, measured fastest here
-    (('float16', 16, False, True), ((1, 1), (3, 3), (1, 1), (0, 0)),
-        'splitscan_static_separate/cd5fdb'),
+    (
+        ("float16", 16, False, True),
+        ((1, 1), (3, 3), (1, 1), (0, 0)),
+        "splitscan_static_separate/cd5fdb",
+    ),
     # dtype=float16, C=16, has_z=False, R in (1, 2], R_pow2=True, N in (128, 256], P in (32, 64],
     # work > 32
-    (('float16', 16, False, True), ((1, 1), (3, 3), (1, 1), (1, 3)),
-        'splitscan_static_separate/cd5fdb'),
+    (
+        ("float16", 16, False, True),
+        ((1, 1), (3, 3), (1, 1), (1, 3)),
+        "splitscan_static_separate/cd5fdb",
+    ),
     # dtype=float16, C=32, has_z=False, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work <= 256
-    (('float16', 32, False, True), ((1, 1), (0, 0), (0, 0), (0, 2)),
-        'splitscan_static_separate/234fb6'),
+    (
+        ("float16", 32, False, True),
+        ((1, 1), (0, 0), (0, 0), (0, 2)),
+        "splitscan_static_separate/234fb6",
+    ),
     # dtype=float16, C=32, has_z=False, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work > 256,
     # measured fastest here
-    (('float16', 32, False, True), ((1, 1), (0, 0), (0, 0), (3, 3)),
-        'splitscan_static_separate/234fb6'),
+    (
+        ("float16", 32, False, True),
+        ((1, 1), (0, 0), (0, 0), (3, 3)),
+        "splitscan_static_separate/234fb6",
+    ),
     # dtype=float16, C=32, has_z=False, R in (1, 2], R_pow2=True, N in (64, 128], P in (32, 64],
     # work <= 32, measured fastest here
-    (('float16', 32, False, True), ((1, 1), (2, 2), (1, 1), (0, 0)),
-        'splitscan_static_separate/c9ca9c'),
+    (
+        ("float16", 32, False, True),
+        ((1, 1), (2, 2), (1, 1), (0, 0)),
+        "splitscan_static_separate/c9ca9c",
+    ),
     # dtype=float16, C=32, has_z=False, R in (1, 2], R_pow2=True, N in (64, 128], P in (32, 64],
     # work > 32
-    (('float16', 32, False, True), ((1, 1), (2, 2), (1, 1), (1, 3)),
-        'splitscan_static_separate/c9ca9c'),
+    (
+        ("float16", 32, False, True),
+        ((1, 1), (2, 2), (1, 1), (1, 3)),
+        "splitscan_static_separate/c9ca9c",
+    ),
     # dtype=float16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work <= 32,
     # measured fastest here
-    (('float16', 32, True, True), ((1, 1), (0, 0), (0, 0), (0, 0)),
-        'splitscan_static_separate/6151c1'),
+    (
+        ("float16", 32, True, True),
+        ((1, 1), (0, 0), (0, 0), (0, 0)),
+        "splitscan_static_separate/6151c1",
+    ),
     # dtype=float16, C=32, has_z=True, R in (1, 2], R_pow2=True, N <= 32, P <= 32, work > 32
-    (('float16', 32, True, True), ((1, 1), (0, 0), (0, 0), (1, 3)),
-        'splitscan_static_separate/6151c1'),
+    (
+        ("float16", 32, True, True),
+        ((1, 1), (0, 0), (0, 0), (1, 3)),
+        "splitscan_static_separate/6151c1",
+    ),
 )

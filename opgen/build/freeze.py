@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import BuildError, SpecError
 from ..render.kernels import (GENERATED, RENDERINGS, GeneratedFile, OpInputs, op_environment, op_inputs,
                       render_kernels)
+from ..render.pyformat import format_source
 from ..render.render import content_hash, file_hash, header, render
 from ..space.case_checks import check_cases
 from ..space.space import budget_formula, variants_for
@@ -320,15 +321,16 @@ def build_op(root: Path, spec: OpSpec, notes: list[str] | None = None) -> list[G
     files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs), WIDTH))]
     kernels_doc = f'"""Kernel modules of {spec.op}, one per variant and rendering."""\n'
     kernel_header = op_inputs(root, spec, driver=False).header()
-    files.append(GeneratedFile(f"{base}/kernels/__init__.py", kernel_header + kernels_doc))
+    files.append(GeneratedFile(f"{base}/kernels/__init__.py", format_source(kernel_header + kernels_doc)))
     hashes: dict[str, dict[str, str]] = {}
     for rendering in RENDERINGS:
         doc = f'"""{spec.op} kernels rendered for {rendering}."""\n'
-        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", kernel_header + doc))
+        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", format_source(kernel_header + doc)))
         if spec.api.strided:
             doc = (f'"""{spec.op} kernels rendered for {rendering}, strided twins: '
                    f'{", ".join(spec.api.strided)} taken through their strides (no tuning records)."""\n')
-            files.append(GeneratedFile(f"{base}/kernels/{rendering}/strided/__init__.py", kernel_header + doc))
+            files.append(GeneratedFile(f"{base}/kernels/{rendering}/strided/__init__.py",
+                                       format_source(kernel_header + doc)))
     for kernel in render_kernels(root, spec, RENDERINGS, env, twins=True):
         if not kernel.strided:  # the twins have no records: no table reads their hashes
             hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
@@ -347,7 +349,7 @@ def build_all(root: Path, notes: list[str] | None = None) -> list[GeneratedFile]
     doc = '"""Generated operators. Import `generated.<op>`; never edit: run `opgen build`."""\n'
     hashes = content_hash(s.op for s in specs)
     files = [GeneratedFile(f"{GENERATED}/__init__.py",
-                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc),
+                           format_source(header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc)),
              _interpreter_file()]
     for spec in specs:
         files.extend(build_op(root, spec, notes))
