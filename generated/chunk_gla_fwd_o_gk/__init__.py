@@ -436,12 +436,6 @@ def _default_npu(
     if SHAPE == "single":
         BK = max(16, pow2(K))
         BV = max(16, pow2(V))
-    if SHAPE == "vloop":
-        BK = max(16, pow2(K))
-        EARLY_INTRA = True
-    if SHAPE == "vloop2":
-        BK = max(16, pow2(K)) // 2
-        EARLY_INTRA = True
     for multibuffer in (True, False):
         if (
             _ub_bytes_npu(
@@ -520,19 +514,6 @@ def _default_cuda(
         DOT_PRECISION = "ieee"
     if SCALE_PATH == "post":
         DOT_PRECISION = "ieee"
-    if SCALE_PATH == "split":
-        DOT_PRECISION = "ieee"
-    if SCALE_PATH == "fp32":
-        A_PAIR = False
-    if SHAPE == "single":
-        BK = max(16, pow2(K))
-        BV = max(16, pow2(V))
-    if SHAPE == "vloop":
-        BK = max(16, pow2(K))
-        EARLY_INTRA = True
-    if SHAPE == "vloop2":
-        BK = max(16, pow2(K)) // 2
-        EARLY_INTRA = True
     return variant, {
         "BK": BK,
         "BV": BV,
@@ -590,12 +571,6 @@ def _default_interpreter(
     if SHAPE == "single":
         BK = max(16, pow2(K))
         BV = max(16, pow2(V))
-    if SHAPE == "vloop":
-        BK = max(16, pow2(K))
-        EARLY_INTRA = True
-    if SHAPE == "vloop2":
-        BK = max(16, pow2(K)) // 2
-        EARLY_INTRA = True
     return variant, {
         "BK": BK,
         "BV": BV,

@@ -533,11 +533,6 @@ def _default_interpreter(
     DS_BLOCK_P = P
     CHUNK_MAXNREG = 0
     DOT_PRECISION = "ieee"
-    if ALGO == "serial":
-        BLOCK_N = N
-        BLOCK_P = P
-        DS_BLOCK_N = N
-        DS_BLOCK_P = P
     return variant, {
         "BLOCK_N": BLOCK_N,
         "BLOCK_P": BLOCK_P,

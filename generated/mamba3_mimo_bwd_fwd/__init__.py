@@ -810,38 +810,7 @@ def _default_npu(
     ROW_TILES = False
     GATE_KERNEL = False
     DOT_PRECISION = "ieee"
-    if ALGO == "stage0":
-        BLOCK_P = P
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    if ALGO == "staged":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    if ALGO == "rankfold":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    if ALGO == "aux":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    if ALGO == "nblocked":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    if ALGO == "post":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    if ALGO == "fold":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-    for BLOCK_P, multibuffer in itertools.product(
-        ((P,) if ALGO == "stage0" else (P, P // 2, P // 4, P // 8)), (True, False)
-    ):
+    for BLOCK_P, multibuffer in itertools.product((P, P // 2, P // 4, P // 8), (True, False)):
         if (
             _ub_bytes_npu(
                 ALGO=ALGO,
@@ -979,73 +948,8 @@ def _default_cuda(
     )
     num_warps = 4
     num_stages = (3 if L <= 32 and N >= 128 else 2) if ALGO in ("split", "splitscan") else 1
-    if ALGO == "stage0":
-        BLOCK_P = P
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        DOT_PRECISION = "ieee"
-        ROW_TILES = False
-        GATE_KERNEL = False
     if ALGO == "staged":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
         GATE_KERNEL = False
-    if ALGO == "rankfold":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == "aux":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == "nblocked":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == "post":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == "fold":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
-        CHUNK_MAXNREG = 0
-        STATE_PREFETCH = False
-        STATE_TRANSPOSED = False
-        ROW_TILES = False
-        GATE_KERNEL = False
-    if ALGO == "splitscan":
-        STATE_PREFETCH = False
     return variant, {
         "BLOCK_P": BLOCK_P,
         "BLOCK_N": BLOCK_N,
@@ -1124,10 +1028,6 @@ def _default_interpreter(
     ROW_TILES = False
     GATE_KERNEL = False
     DOT_PRECISION = "ieee"
-    if ALGO == "staged":
-        BLOCK_N = N
-        STATE_BLOCK_N = N
-        STATE_BLOCK_P = P
     return variant, {
         "BLOCK_P": BLOCK_P,
         "BLOCK_N": BLOCK_N,

@@ -2,7 +2,7 @@
 
 The output is a pure function of the specs, the templates and the tuning records, byte for byte;
 ``check`` compares what would be written with what is on disk.
-Uses ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
+Uses ``branches``, ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
 ``render``, ``space``, ``spec``, ``spec_paths``, ``table``, ``table_layout``.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ..spec.spec import KeyField, OpSpec, load_specs
 from ..storage import records as records_mod
 from ..table.fill_score import fill_gate
 from ..table.table import frozen_rows
+from .branches import live_branches, may_hold
 from .table_layout import WIDTH, layout, wrap_comment
 
 def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list[str]:
@@ -99,7 +100,7 @@ def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[
         fixed = [(axis, opt, [(n, e.to_python(numbers)) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
         axis_sources = {a: defaults[a].to_python(numbers) for a in axes}
-        fixed = [row for row in fixed if row[2] and _may_hold(axis_sources[row[0]], row[1])]
+        fixed = [row for row in fixed if row[2] and may_hold(axis_sources[row[0]], row[1])]
         tunables, lists = [], []
         for name in tunable_names:
             value = defaults[name]
@@ -112,7 +113,7 @@ def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[
                     if fixed_name == name:
                         candidates = f"(({source},) if {axis} == {opt!r} else {candidates})"
             lists.append((name, candidates))
-        fixed = _without_no_ops(fixed, dict(tunables))
+        fixed = live_branches(fixed, dict(tunables), axis_sources)
         kind, names = by_rendering.get(rendering, (None, ()))
         if lists and kind is None:
             raise SpecError(spec.path, f"dispatch.defaults.{backend}",
@@ -127,42 +128,6 @@ def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[
                         fixed=fixed, lists=lists, tunable_names=tunable_names,
                         budget_kind=kind, budget_names=names))
     return out, budgets
-
-
-def _literal(source: str) -> tuple[bool, Any]:
-    """Whether generated ``source`` is a constant, and its value."""
-    try:
-        return True, ast.literal_eval(source)
-    except (ValueError, SyntaxError):
-        return False, None
-
-
-def _same_constant(a: str, b: str) -> bool:
-    """Whether two generated sources are the same constant, of the same type (True is not 1)."""
-    (ca, va), (cb, vb) = _literal(a), _literal(b)
-    return ca and cb and type(va) is type(vb) and va == vb
-
-
-def _may_hold(axis_source: str, option: str) -> bool:
-    """Whether the default's axis, computed by ``axis_source``, can take ``option`` (not when
-    it is another constant): a branch on an option it never takes is not rendered."""
-    constant, value = _literal(axis_source)
-    return not constant or value == option
-
-
-def _without_no_ops(fixed: list[tuple[str, str, list[tuple[str, str]]]],
-                    tunables: dict[str, str]) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    """The default's branches less each assignment of a tunable's own constant default that no
-    earlier branch has changed (it does nothing), and less the branches left empty."""
-    changed: set[str] = set()
-    out = []
-    for axis, option, assignments in fixed:
-        kept = [(name, source) for name, source in assignments
-                if name in changed or name not in tunables or not _same_constant(source, tunables[name])]
-        changed |= {name for name, _ in kept}
-        if kept:
-            out.append((axis, option, kept))
-    return out
 
 
 def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
