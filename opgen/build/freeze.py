@@ -81,25 +81,33 @@ def _signature_context(spec: OpSpec, numbers: frozenset[str]) -> dict[str, Any]:
                 params=[(n, e.to_python(numbers)) for n, e in spec.params.items()])
 
 
-def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[str, Any]], list[tuple[str, str, str, tuple[str, ...]]]]:
+def _budgets_context(spec: OpSpec, numbers: frozenset[str]) -> list[dict[str, Any]]:
+    """Per rendering and budget kind, the sources of its formulas (one per kernel: the point needs
+    the largest) and the names they read."""
     budgets = []
     for rendering, formulas in sorted(spec.budgets.items()):
         for kind, expr in formulas.items():
-            if isinstance(expr, dict):  # one formula per kernel: the point needs its largest
-                source = "max(" + ", ".join(e.to_python(numbers) for e in expr.values()) + ")"
-                names = tuple(sorted({n for e in expr.values() for n in e.names}))
-                budgets.append((rendering, kind, source, names))
-            else:
-                budgets.append((rendering, kind, expr.to_python(numbers), expr.names))
-    by_rendering = {r: (k, names) for r, k, _, names in budgets}
+            exprs = list(expr.values()) if isinstance(expr, dict) else [expr]
+            budgets.append(dict(rendering=rendering, kind=kind, sources=[e.to_python(numbers) for e in exprs],
+                                names=tuple(sorted({n for e in exprs for n in e.names}))))
+    return budgets
+
+
+def _defaults_context(spec: OpSpec, numbers: frozenset[str],
+                      budgets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per backend, what its default function renders: the axes' formulas, the tunables given by
+    a formula, the branches that change a value (:func:`opgen.build.branches.live_branches`), and
+    the tunables given as lists of candidates (``values``, each narrowed to one by the options that
+    fix it, ``overrides``), the first whose point fits the budget taken."""
+    by_rendering = {b["rendering"]: b for b in budgets}
     axes = spec.variants.axes
     out = []
     for backend, defaults in spec.dispatch.defaults.items():
         rendering = rendering_of(backend)
         tunable_names = spec.tunables_for(backend)
+        axis_sources = {a: defaults[a].to_python(numbers) for a in axes}
         fixed = [(axis, opt, [(n, e.to_python(numbers)) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
-        axis_sources = {a: defaults[a].to_python(numbers) for a in axes}
         fixed = [row for row in fixed if row[2] and may_hold(axis_sources[row[0]], row[1])]
         tunables, lists = [], []
         for name in tunable_names:
@@ -107,33 +115,24 @@ def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[
             if isinstance(value, Expr):
                 tunables.append((name, value.to_python(numbers)))
                 continue
-            candidates = "(" + ", ".join(v.to_python(numbers) for v in value) + ",)"
-            for axis, opt, assignments in reversed(fixed):  # a fixing option leaves one candidate
-                for fixed_name, source in assignments:
-                    if fixed_name == name:
-                        candidates = f"(({source},) if {axis} == {opt!r} else {candidates})"
-            lists.append((name, candidates))
-        fixed = live_branches(fixed, dict(tunables), axis_sources)
-        kind, names = by_rendering.get(rendering, (None, ()))
-        if lists and kind is None:
+            overrides = [(axis, opt, source) for axis, opt, assignments in fixed
+                         for fixed_name, source in assignments if fixed_name == name]
+            lists.append(dict(name=name, values=[v.to_python(numbers) for v in value], overrides=overrides))
+        budget = by_rendering.get(rendering)
+        if lists and budget is None:
             raise SpecError(spec.path, f"dispatch.defaults.{backend}",
                             f"a budget formula for {rendering} to choose among listed defaults", None)
-        if len(lists) == 1:
-            loop_target, loop_iter = lists[0]
-        else:
-            loop_target = ", ".join(n for n, _ in lists)
-            loop_iter = "itertools.product(" + ", ".join(v for _, v in lists) + ")"
-        out.append(dict(backend=backend, rendering=rendering, loop_target=loop_target, loop_iter=loop_iter,
-                        axes=[(a, defaults[a].to_python(numbers)) for a in axes], tunables=tunables,
-                        fixed=fixed, lists=lists, tunable_names=tunable_names,
-                        budget_kind=kind, budget_names=names))
-    return out, budgets
+        out.append(dict(backend=backend, rendering=rendering, axes=list(axis_sources.items()), tunables=tunables,
+                        fixed=live_branches(fixed, dict(tunables), axis_sources), lists=lists,
+                        tunable_names=tunable_names, budget=budget))
+    return out
 
 
 def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     axes = list(spec.variants.axes)
     numbers = _numbers(spec)
-    defaults, budgets = _defaults_context(spec, numbers)
+    budgets = _budgets_context(spec, numbers)
+    defaults = _defaults_context(spec, numbers, budgets)
     calls: set[str] = set()
     for expr in _all_exprs(spec):
         calls |= expr.python_calls(numbers)
@@ -163,7 +162,7 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
                                if any(spec.variants.axes[a][o].host_descriptors for a, o in v.options)})
     descriptor_options = [f"{a} {' and '.join(names)}" for a, options in spec.variants.axes.items()
                           if (names := [o for o, option in options.items() if option.host_descriptors])]
-    uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
+    uses_product = any(len(d["lists"]) > 1 for d in defaults)
     static = [a for a in spec.api.launch_args if a not in spec.signature.tensors and a not in spec.signature.outputs]
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
