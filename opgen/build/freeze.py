@@ -2,8 +2,9 @@
 
 The output is a pure function of the specs, the templates and the tuning records, byte for byte;
 ``check`` compares what would be written with what is on disk.
-Uses ``branches``, ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
-``render``, ``space``, ``spec``, ``spec_paths``, ``table``, ``table_layout``.
+Uses ``branches``, ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``,
+``keys``, ``pyformat``, ``records``, ``render``, ``space``, ``spec``, ``spec_paths``, ``table``,
+``table_layout``.
 """
 from __future__ import annotations
 
