@@ -394,9 +394,12 @@ def test_tune_measure_fill_on_the_interpreter_records_and_the_build_freezes_it(t
     assert "1 with the tuned point measured fastest there" in " ".join(table.split())
     fill = table[table.index("FILL = ("):]
     assert "# N > 4096, measured fastest here" in fill
-    assert "((), ((2, 2),), 'good/" in fill
-    config = fill.split("((), ((2, 2),), '")[1].split("'")[0]
-    assert f"'{config}': ('good', {{\n        'BLOCK': {best['point']['BLOCK']}," in table
+    assert '((), ((2, 2),), "good/' in fill
+    config = fill.split('((), ((2, 2),), "')[1].split('"')[0]
+    frozen = {}
+    exec(table, frozen)  # the table is constants only
+    assert frozen["CONFIGS"][config][0] == "good"
+    assert frozen["CONFIGS"][config][1]["BLOCK"] == best["point"]["BLOCK"]
     explained = json.loads(_opgen(root, "explain", "toy_op", "--chip", "interpreter", "N=5000", "--json").stdout)
     assert explained["filled_by"] == "measured" and explained["config"] == best["point"]
     _opgen(root, "build")

@@ -15,7 +15,6 @@ from opgen.spec.keys import bucket_range, split_key_field
 from opgen.spec.spec import load_spec
 from opgen.table.table import frozen_rows
 from opgen.build.table_layout import config_names, fill_ranges
-from opgen.render.wrap import wrap_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,19 +88,6 @@ def test_fill_ranges_serve_every_filled_key_and_nothing_else(op, h200_table):
             if key in tuned:
                 continue
             assert held == ({rows[key]} if key in rows else set()), key
-
-
-def test_long_lines_wrap_inside_brackets_into_valid_python():
-    import ast
-
-    line = "    x = f(" + ", ".join(f"name_{i}=value_{i}" for i in range(20)) + ") if c else 'long text ' * 3"
-    wrapped = wrap_line(line, 60)
-    assert all(len(s) <= 60 for s in wrapped) and len(wrapped) > 2
-    assert ast.dump(ast.parse("\n".join(wrapped).strip())) == ast.dump(ast.parse(line.strip()))
-    message = '    raise E(f"{name} must be contiguous (strides {x.stride()} for shape {tuple(x.shape)}) now")'
-    wrapped = wrap_line(message, 50)
-    assert all(len(s) <= 50 for s in wrapped)
-    assert ast.dump(ast.parse("\n".join(wrapped).strip())) == ast.dump(ast.parse(message.strip()))
 
 
 def test_a_fill_for_one_key_is_that_keys_row_of_the_whole_fill():

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from jinja2 import meta, nodes
 
-from opgen.build import freeze
+from opgen.build import branches
 from opgen.render import kernels
 from opgen.render.render import environment
 
@@ -66,20 +66,30 @@ def test_the_public_docstring_ends_with_raises_and_holds_only_errors_there(op):
 
 
 def test_the_default_functions_render_no_branch_that_does_nothing():
-    """A branch on an option a constant axis never takes, and an assignment of a tunable's own
-    constant default before any branch changed it, are not rendered; one that may change the
-    value (a formula, another constant, a value changed by an earlier branch, True for 1) is."""
+    """A branch on an option its axis never takes, and an assignment of the value a tunable holds
+    there before any branch changed it, are not rendered; one that may change the value (another
+    value, a value changed by an earlier branch, True for 1, a formula the option does not decide)
+    is."""
     fixed = [("GRID", "tiled", [("occupancy", "1")]),                   # no-op: occupancy is 1 already
              ("SCALE", "fp32", [("A_PAIR", "False"), ("BK", "64")]),     # BK's default is a formula
              ("SHAPE", "single", [("A_PAIR", "True")]),                  # a change
              ("SHAPE", "vloop", [("A_PAIR", "False")]),                  # after a change: kept
-             ("GRID", "tma", [("occupancy", "True")])]                   # True is not 1
-    tunables = {"occupancy": "1", "A_PAIR": "False", "BK": "min(64, K)"}
-    assert freeze._without_no_ops(fixed, tunables) == [
+             ("SHAPE", "h1", [("BV", "N")]),                             # BV is N where SHAPE is h1
+             ("SHAPE", "wide", [("BV", "N")]),                           # SHAPE is never wide
+             ("GRID", "tma", [("occupancy", "True"), ("EVEN", "False")])]  # True is not 1
+    tunables = {"occupancy": "1", "A_PAIR": "False", "BK": "min(64, K)",
+                "BV": "64 if SHAPE in ('single', 'vloop') else N", "EVEN": "has_z and GRID == 'tiled'"}
+    axes = {"GRID": "'tiled' if K > 64 else 'tma'", "SCALE": "scale_path(K)",
+            "SHAPE": "'single' if K < 64 else 'vloop' if H == 1 else 'h1'"}
+    assert branches.live_branches(fixed, tunables, axes) == [
         ("SCALE", "fp32", [("BK", "64")]), ("SHAPE", "single", [("A_PAIR", "True")]),
-        ("SHAPE", "vloop", [("A_PAIR", "False")]), ("GRID", "tma", [("occupancy", "True")])]
-    assert not freeze._may_hold("'persistent'", "tiled") and freeze._may_hold("'persistent'", "persistent")
-    assert freeze._may_hold("'a' if K > 64 else 'b'", "tiled")  # a formula may take any option
+        ("SHAPE", "vloop", [("A_PAIR", "False")]),
+        ("GRID", "tma", [("occupancy", "True"), ("EVEN", "False")])]  # has_z and False: has_z if falsy
+    assert not branches.may_hold("'persistent'", "tiled") and branches.may_hold("'persistent'", "persistent")
+    assert not branches.may_hold("'a' if K > 64 else 'b'", "tiled")  # a choice among constants
+    assert branches.may_hold("pick(K)", "tiled")  # any other formula may take any option
     text = (ROOT / "generated" / "chunk_gla_fwd_o_gk" / "__init__.py").read_text()
     body = text[text.index("def _default_npu"):text.index("def _default_cuda")]
-    assert "GRID = 'persistent'" in body and "if GRID ==" not in body
+    assert 'GRID = "persistent"' in body and "if GRID ==" not in body
+    body = text[text.index("def _default_cuda"):text.index("def _default_interpreter")]
+    assert 'SHAPE = "h1" if H == 1 else "general"' in body and "if SHAPE ==" not in body

@@ -99,8 +99,8 @@ def test_frozen_table_is_deterministic_and_stale_records_are_reported(tuned, tmp
     _opgen(root, "build")
     table = root / "generated" / "toy_op" / "table_interpreter.py"
     first = table.read_text()
-    name = re.search(r"\(0,\): '(good/[0-9a-f]{6})',", first).group(1)  # named by its tunables' digest
-    assert f"'{name}': ('good', {{" in first and "1 tuned rows" in first
+    name = re.search(r'\(0,\): "(good/[0-9a-f]{6})"', first).group(1)  # named by its tunables' digest
+    assert f'"{name}": ("good", {{' in first and "1 tuned rows" in first
     _opgen(root, "build")
     assert table.read_text() == first
     assert _opgen(root, "build", "--check").returncode == 0

@@ -2,8 +2,9 @@
 
 The output is a pure function of the specs, the templates and the tuning records, byte for byte;
 ``check`` compares what would be written with what is on disk.
-Uses ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
-``render``, ``space``, ``spec``, ``spec_paths``, ``table``, ``table_layout``.
+Uses ``branches``, ``case_checks``, ``errors``, ``expr``, ``fill_score``, ``hardware``, ``kernels``,
+``keys``, ``pyformat``, ``records``, ``render``, ``space``, ``spec``, ``spec_paths``, ``table``,
+``table_layout``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 from ..errors import BuildError, SpecError
 from ..render.kernels import (GENERATED, RENDERINGS, GeneratedFile, OpInputs, op_environment, op_inputs,
                       render_kernels)
+from ..render.pyformat import format_source
 from ..render.render import content_hash, file_hash, header, render
 from ..space.case_checks import check_cases
 from ..space.space import budget_formula, variants_for
@@ -28,6 +30,7 @@ from ..spec.spec import KeyField, OpSpec, load_specs
 from ..storage import records as records_mod
 from ..table.fill_score import fill_gate
 from ..table.table import frozen_rows
+from .branches import live_branches, may_hold
 from .table_layout import WIDTH, layout, wrap_comment
 
 def _format_fields(spec: OpSpec, message: str, known: set[str], at: str) -> list[str]:
@@ -79,95 +82,58 @@ def _signature_context(spec: OpSpec, numbers: frozenset[str]) -> dict[str, Any]:
                 params=[(n, e.to_python(numbers)) for n, e in spec.params.items()])
 
 
-def _defaults_context(spec: OpSpec, numbers: frozenset[str]) -> tuple[list[dict[str, Any]], list[tuple[str, str, str, tuple[str, ...]]]]:
+def _budgets_context(spec: OpSpec, numbers: frozenset[str]) -> list[dict[str, Any]]:
+    """Per rendering and budget kind, the sources of its formulas (one per kernel: the point needs
+    the largest) and the names they read."""
     budgets = []
     for rendering, formulas in sorted(spec.budgets.items()):
         for kind, expr in formulas.items():
-            if isinstance(expr, dict):  # one formula per kernel: the point needs its largest
-                source = "max(" + ", ".join(e.to_python(numbers) for e in expr.values()) + ")"
-                names = tuple(sorted({n for e in expr.values() for n in e.names}))
-                budgets.append((rendering, kind, source, names))
-            else:
-                budgets.append((rendering, kind, expr.to_python(numbers), expr.names))
-    by_rendering = {r: (k, names) for r, k, _, names in budgets}
+            exprs = list(expr.values()) if isinstance(expr, dict) else [expr]
+            budgets.append(dict(rendering=rendering, kind=kind, sources=[e.to_python(numbers) for e in exprs],
+                                names=tuple(sorted({n for e in exprs for n in e.names}))))
+    return budgets
+
+
+def _defaults_context(spec: OpSpec, numbers: frozenset[str],
+                      budgets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per backend, what its default function renders: the axes' formulas, the tunables given by
+    a formula, the branches that change a value (:func:`opgen.build.branches.live_branches`), and
+    the tunables given as lists of candidates (``values``, each narrowed to one by the options that
+    fix it, ``overrides``), the first whose point fits the budget taken."""
+    by_rendering = {b["rendering"]: b for b in budgets}
     axes = spec.variants.axes
     out = []
     for backend, defaults in spec.dispatch.defaults.items():
         rendering = rendering_of(backend)
         tunable_names = spec.tunables_for(backend)
+        axis_sources = {a: defaults[a].to_python(numbers) for a in axes}
         fixed = [(axis, opt, [(n, e.to_python(numbers)) for n, e in o.fixed.items() if n in tunable_names])
                  for axis, options in axes.items() for opt, o in options.items()]
-        axis_sources = {a: defaults[a].to_python(numbers) for a in axes}
-        fixed = [row for row in fixed if row[2] and _may_hold(axis_sources[row[0]], row[1])]
+        fixed = [row for row in fixed if row[2] and may_hold(axis_sources[row[0]], row[1])]
         tunables, lists = [], []
         for name in tunable_names:
             value = defaults[name]
             if isinstance(value, Expr):
                 tunables.append((name, value.to_python(numbers)))
                 continue
-            candidates = "(" + ", ".join(v.to_python(numbers) for v in value) + ",)"
-            for axis, opt, assignments in reversed(fixed):  # a fixing option leaves one candidate
-                for fixed_name, source in assignments:
-                    if fixed_name == name:
-                        candidates = f"(({source},) if {axis} == {opt!r} else {candidates})"
-            lists.append((name, candidates))
-        fixed = _without_no_ops(fixed, dict(tunables))
-        kind, names = by_rendering.get(rendering, (None, ()))
-        if lists and kind is None:
+            overrides = [(axis, opt, source) for axis, opt, assignments in fixed
+                         for fixed_name, source in assignments if fixed_name == name]
+            lists.append(dict(name=name, values=[v.to_python(numbers) for v in value], overrides=overrides))
+        budget = by_rendering.get(rendering)
+        if lists and budget is None:
             raise SpecError(spec.path, f"dispatch.defaults.{backend}",
                             f"a budget formula for {rendering} to choose among listed defaults", None)
-        if len(lists) == 1:
-            loop_target, loop_iter = lists[0]
-        else:
-            loop_target = ", ".join(n for n, _ in lists)
-            loop_iter = "itertools.product(" + ", ".join(v for _, v in lists) + ")"
-        out.append(dict(backend=backend, rendering=rendering, loop_target=loop_target, loop_iter=loop_iter,
-                        axes=[(a, defaults[a].to_python(numbers)) for a in axes], tunables=tunables,
-                        fixed=fixed, lists=lists, tunable_names=tunable_names,
-                        budget_kind=kind, budget_names=names))
-    return out, budgets
-
-
-def _literal(source: str) -> tuple[bool, Any]:
-    """Whether generated ``source`` is a constant, and its value."""
-    try:
-        return True, ast.literal_eval(source)
-    except (ValueError, SyntaxError):
-        return False, None
-
-
-def _same_constant(a: str, b: str) -> bool:
-    """Whether two generated sources are the same constant, of the same type (True is not 1)."""
-    (ca, va), (cb, vb) = _literal(a), _literal(b)
-    return ca and cb and type(va) is type(vb) and va == vb
-
-
-def _may_hold(axis_source: str, option: str) -> bool:
-    """Whether the default's axis, computed by ``axis_source``, can take ``option`` (not when
-    it is another constant): a branch on an option it never takes is not rendered."""
-    constant, value = _literal(axis_source)
-    return not constant or value == option
-
-
-def _without_no_ops(fixed: list[tuple[str, str, list[tuple[str, str]]]],
-                    tunables: dict[str, str]) -> list[tuple[str, str, list[tuple[str, str]]]]:
-    """The default's branches less each assignment of a tunable's own constant default that no
-    earlier branch has changed (it does nothing), and less the branches left empty."""
-    changed: set[str] = set()
-    out = []
-    for axis, option, assignments in fixed:
-        kept = [(name, source) for name, source in assignments
-                if name in changed or name not in tunables or not _same_constant(source, tunables[name])]
-        changed |= {name for name, _ in kept}
-        if kept:
-            out.append((axis, option, kept))
+        out.append(dict(backend=backend, rendering=rendering, axes=list(axis_sources.items()), tunables=tunables,
+                        fixed=live_branches(fixed, dict(tunables), axis_sources), lists=lists,
+                        tunable_names=tunable_names, budget=budget))
     return out
 
 
 def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
     axes = list(spec.variants.axes)
     numbers = _numbers(spec)
-    defaults, budgets = _defaults_context(spec, numbers)
+    budgets = _budgets_context(spec, numbers)
+    defaults = _defaults_context(spec, numbers, budgets)
     calls: set[str] = set()
     for expr in _all_exprs(spec):
         calls |= expr.python_calls(numbers)
@@ -197,7 +163,7 @@ def _api_context(spec: OpSpec, inputs: OpInputs) -> dict[str, Any]:
                                if any(spec.variants.axes[a][o].host_descriptors for a, o in v.options)})
     descriptor_options = [f"{a} {' and '.join(names)}" for a, options in spec.variants.axes.items()
                           if (names := [o for o, option in options.items() if option.host_descriptors])]
-    uses_product = any(d["loop_iter"].startswith("itertools.") for d in defaults if d["lists"])
+    uses_product = any(len(d["lists"]) > 1 for d in defaults)
     static = [a for a in spec.api.launch_args if a not in spec.signature.tensors and a not in spec.signature.outputs]
     return dict(header=inputs.header(), op=spec.op, uses_product=uses_product, doc_summary=doc_lines[0].rstrip(".:"),
                 doc_body="\n".join(doc_lines[1:]).strip() or spec.op, axes=axes,
@@ -320,15 +286,16 @@ def build_op(root: Path, spec: OpSpec, notes: list[str] | None = None) -> list[G
     files = [GeneratedFile(f"{base}/__init__.py", render(env, spec.api.template, _api_context(spec, inputs), WIDTH))]
     kernels_doc = f'"""Kernel modules of {spec.op}, one per variant and rendering."""\n'
     kernel_header = op_inputs(root, spec, driver=False).header()
-    files.append(GeneratedFile(f"{base}/kernels/__init__.py", kernel_header + kernels_doc))
+    files.append(GeneratedFile(f"{base}/kernels/__init__.py", format_source(kernel_header + kernels_doc)))
     hashes: dict[str, dict[str, str]] = {}
     for rendering in RENDERINGS:
         doc = f'"""{spec.op} kernels rendered for {rendering}."""\n'
-        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", kernel_header + doc))
+        files.append(GeneratedFile(f"{base}/kernels/{rendering}/__init__.py", format_source(kernel_header + doc)))
         if spec.api.strided:
             doc = (f'"""{spec.op} kernels rendered for {rendering}, strided twins: '
                    f'{", ".join(spec.api.strided)} taken through their strides (no tuning records)."""\n')
-            files.append(GeneratedFile(f"{base}/kernels/{rendering}/strided/__init__.py", kernel_header + doc))
+            files.append(GeneratedFile(f"{base}/kernels/{rendering}/strided/__init__.py",
+                                       format_source(kernel_header + doc)))
     for kernel in render_kernels(root, spec, RENDERINGS, env, twins=True):
         if not kernel.strided:  # the twins have no records: no table reads their hashes
             hashes.setdefault(kernel.rendering, {})[kernel.variant] = kernel.hash
@@ -347,7 +314,7 @@ def build_all(root: Path, notes: list[str] | None = None) -> list[GeneratedFile]
     doc = '"""Generated operators. Import `generated.<op>`; never edit: run `opgen build`."""\n'
     hashes = content_hash(s.op for s in specs)
     files = [GeneratedFile(f"{GENERATED}/__init__.py",
-                           header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc),
+                           format_source(header([("ops", ", ".join(s.op for s in specs), hashes)]) + doc)),
              _interpreter_file()]
     for spec in specs:
         files.extend(build_op(root, spec, notes))

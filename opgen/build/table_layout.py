@@ -3,7 +3,7 @@ the ranges their bucket indices stand for and what their winners measured; the f
 combinations as a few ranges of bucket indices per plain-field value (computed here, at build
 time, from the rows :func:`opgen.table.table.frozen_rows` fills).
 
-Uses ``keys``, ``render``, ``spec``, ``table_rows``.
+Uses ``keys``, ``spec``, ``table_rows``.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from ..render.render import py_literal
 from ..spec.keys import bucket_range, key_text, sort_key, split_key_field
 from ..spec.spec import OpSpec
 from ..table.table_rows import FrozenTable, Row, comment_of
@@ -98,19 +97,14 @@ def _pack(items: list[str], width: int) -> list[str]:
     return lines
 
 
-def _literal_lines(items: list[str], indent: int) -> list[str]:
-    """Comma-separated ``items`` over as few lines as fit :data:`WIDTH` at ``indent`` spaces."""
-    return _pack(items, WIDTH - indent)
-
-
 def layout(spec: OpSpec, table: FrozenTable) -> dict[str, Any]:
-    """The table template's context: ``configs`` (name, variant, lines of its tunables),
+    """The table template's context: ``configs`` (name, variant, tunables),
     ``tuned`` (key, config name, comment lines), ``fills`` (plain values, ranges, config name,
     comment lines), ``bucketed`` (key positions holding bucket indices), ``summary`` lines."""
     fields = list(spec.dispatch.key.items())
     bucketed = tuple(i for i, (_, f) in enumerate(fields) if split_key_field(f)[1])
     names = config_names(table.rows)
-    configs = [(name, variant, _literal_lines([f"{k!r}: {py_literal(v)}" for k, v in point], 8))
+    configs = [(name, variant, dict(point))
                for (variant, point), name in sorted(names.items(), key=lambda kv: kv[1])]
     tuned = []
     stored = {key: old for key, old, what in table.moved if what == "tuned row"}

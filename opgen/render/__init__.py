@@ -1,2 +1,2 @@
-"""Rendering: Jinja templates in a bounded environment (``render``), every generated line within 100
-characters (``wrap``), an op's kernel modules and their hashes (``kernels``)."""
+"""Rendering: Jinja templates in a bounded environment (``render``), generated Python laid out by
+black (``pyformat``), an op's kernel modules and their hashes (``kernels``)."""

@@ -2,7 +2,7 @@
 ``opgen build`` (which writes them), ``opgen tune`` (which measures the generated modules and
 keys its records and studies by their hashes) and ``opgen records`` (which reports against them).
 
-Uses ``errors``, ``records``, ``render``, ``space``, ``spec``, ``wrap``.
+Uses ``errors``, ``pyformat``, ``records``, ``render``, ``space``, ``spec``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..space.space import variants_for
 from ..spec.spec import OpSpec
 from ..storage.records import kernel_hash
 from .render import environment, file_hash, header, render
-from .wrap import wrap_source
+from .pyformat import format_source
 
 GENERATED = "generated"
 RENDERINGS = ("cuda", "npu")
@@ -35,21 +35,29 @@ class GeneratedFile:
 
 
 @dataclass(frozen=True)
-class KernelFile(GeneratedFile):
-    """A rendered kernel module: its rendering, variant and content hash (the records' identity).
+class KernelFile:
+    """A rendered kernel module: its path, rendering, variant, the template's output (``source``)
+    and its content hash (the records' identity, :attr:`hash`).
 
-    ``text`` is what the build writes: ``source``, the template's output, with its lines wrapped
-    within 100 characters (:func:`opgen.render.wrap.wrap_source`, which changes no statement)."""
+    :attr:`text` is what the build writes: ``source`` laid out by black
+    (:func:`opgen.render.pyformat.format_source`, which changes no statement), formatted only when
+    read (a tuning run keys its records by :attr:`hash` alone)."""
 
-    rendering: str = ""
-    variant: str = ""
-    source: str = ""
+    path: str
+    rendering: str
+    variant: str
+    source: str
     strided: bool = False
+
+    @property
+    def text(self) -> str:
+        """The module as the build writes it."""
+        return format_source(self.source)
 
     @property
     def hash(self) -> str:
         """:func:`opgen.storage.records.kernel_hash` of the template's output (header lines aside), so
-        that the wrapping of the written module is no change of the kernel."""
+        that the layout of the written module is no change of the kernel."""
         return kernel_hash(self.source)
 
 
@@ -119,8 +127,7 @@ def render_kernels(root: Path, spec: OpSpec, renderings: tuple[str, ...] = RENDE
                 source = render(env, variant.template, context)
                 _require_launch(source, variant.template, rendering, variant.name)
                 folder = f"{GENERATED}/{spec.op}/kernels/{rendering}" + ("/strided" if strided else "")
-                out.append(KernelFile(f"{folder}/{variant.name}.py", wrap_source(source), rendering,
-                                      variant.name, source, strided))
+                out.append(KernelFile(f"{folder}/{variant.name}.py", rendering, variant.name, source, strided))
     return out
 
 

@@ -9,6 +9,7 @@ Shape general: H at run time, loop over K tiles of BK.
 Grid persistent: a 1-D grid of at most num_programs programs, each looping over tasks
 (v tile, head, chunk, batch), first one fastest.
 """
+
 import triton
 import triton.language as tl
 
@@ -51,32 +52,41 @@ def chunk_gla_fwd_o_gk_kernel(
         mat = ((i_b * NT + i_t) * H + i_h).to(tl.int64)
         b_o = tl.zeros([BT, BV], dtype=tl.float32)
         p_A = tl.make_block_ptr(A + row * BT, (T, BT), (H * BT, 1), (i_t * BT, 0), (BT, BT), (1, 0))
-        p_v = (tl.make_block_ptr(v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
-            1, 0)))
+        p_v = tl.make_block_ptr(
+            v + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+        )
         if EARLY_INTRA:
             # The intra-chunk operands are loaded first: their latency overlaps the K loop's.
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
-                    :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
 
         for i_k in range(tl.cdiv(K, BK)):
-            p_q = (tl.make_block_ptr(q + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK
-                ), (1, 0)))
-            p_g = (tl.make_block_ptr(g + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK
-                ), (1, 0)))
-            p_h = (tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV
-                ), (1, 0)))
+            p_q = tl.make_block_ptr(
+                q + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0)
+            )
+            p_g = tl.make_block_ptr(
+                g + row * K, (T, K), (H * K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0)
+            )
+            p_h = tl.make_block_ptr(
+                h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV), (1, 0)
+            )
             b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
             b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
             if EVICT_H:
-                b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                    eviction_policy="evict_first"))
+                b_h = tl.load(
+                    p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+                )
             else:
                 b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
             if USE_EXP2:
@@ -89,10 +99,14 @@ def chunk_gla_fwd_o_gk_kernel(
         if not EARLY_INTRA:
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
-                    :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -100,8 +114,9 @@ def chunk_gla_fwd_o_gk_kernel(
         o_i = tl.arange(0, BT)
         b_A = tl.where(o_i[:, None] >= o_i[None, :], b_A, 0.0)
         b_o += tl.dot(b_A, b_v.to(tl.float32), input_precision=DOT_PRECISION)
-        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
-            1, 0)))
+        p_o = tl.make_block_ptr(
+            o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+        )
         tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 

@@ -10,6 +10,7 @@ Grid tma: one program per
 tasks (v tile, head, chunk, batch), first one fastest; every tile is loaded and stored through a
 Hopper tensor descriptor (TMA), zero-filled past T, K and V, and the K tiles are unrolled.
 """
+
 import triton
 import triton.language as tl
 
@@ -55,8 +56,9 @@ def chunk_gla_fwd_o_gk_kernel(
             o_r = tl.arange(0, BT)
             row = (i_b * T * H + i_h).to(tl.int64)
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
             b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
         b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)
@@ -76,8 +78,9 @@ def chunk_gla_fwd_o_gk_kernel(
             o_r = tl.arange(0, BT)
             row = (i_b * T * H + i_h).to(tl.int64)
             p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
             b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
         b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)

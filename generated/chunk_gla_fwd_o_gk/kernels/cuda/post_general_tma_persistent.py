@@ -10,6 +10,7 @@ Grid tma_persistent: a persistent 1-D grid of at most num_programs programs loop
 tasks (v tile, head, chunk, batch), first one fastest; every tile is loaded and stored through a
 Hopper tensor descriptor (TMA), zero-filled past T, K and V, and the K tiles are unrolled.
 """
+
 import triton
 import triton.language as tl
 
@@ -56,10 +57,14 @@ def chunk_gla_fwd_o_gk_kernel(
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
                 row = (i_b * T * H + i_h).to(tl.int64)
-                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
-                    :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
             b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)
@@ -78,10 +83,14 @@ def chunk_gla_fwd_o_gk_kernel(
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
                 row = (i_b * T * H + i_h).to(tl.int64)
-                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
-                    :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
             b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)
@@ -109,8 +118,8 @@ def _descriptor_class():
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError as exc:
         raise NotImplementedError(
-            f"post_general_tma_persistent needs Triton >= 3.4 (tensor descriptors), not "
-            f"{triton.__version__}") from exc
+            f"post_general_tma_persistent needs Triton >= 3.4 (tensor descriptors), not {triton.__version__}"
+        ) from exc
     return TensorDescriptor
 
 

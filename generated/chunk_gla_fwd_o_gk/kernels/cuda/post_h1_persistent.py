@@ -9,6 +9,7 @@ Shape h1: H == 1, so the rows of q, g, v, A and o are contiguous.
 Grid persistent: a 1-D grid of at most num_programs programs, each looping over tasks
 (v tile, chunk, batch), first one fastest.
 """
+
 import triton
 import triton.language as tl
 
@@ -55,24 +56,31 @@ def chunk_gla_fwd_o_gk_kernel(
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
                 p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (BT) + o_r[None, :]
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
 
         for i_k in range(tl.cdiv(K, BK)):
-            p_q = (tl.make_block_ptr(q + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (
-                1, 0)))
-            p_g = (tl.make_block_ptr(g + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (
-                1, 0)))
-            p_h = (tl.make_block_ptr(h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV
-                ), (1, 0)))
+            p_q = tl.make_block_ptr(
+                q + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0)
+            )
+            p_g = tl.make_block_ptr(
+                g + row * K, (T, K), (K, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0)
+            )
+            p_h = tl.make_block_ptr(
+                h + mat * K * V, (K, V), (V, 1), (i_k * BK, i_v * BV), (BK, BV), (1, 0)
+            )
             b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
             b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
             if EVICT_H:
-                b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                    eviction_policy="evict_first"))
+                b_h = tl.load(
+                    p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+                )
             else:
                 b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
             if USE_EXP2:
@@ -87,8 +95,11 @@ def chunk_gla_fwd_o_gk_kernel(
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
                 p_Ar = A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (BT) + o_r[None, :]
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")

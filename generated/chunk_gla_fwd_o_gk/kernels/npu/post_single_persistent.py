@@ -9,6 +9,7 @@ Shape single: K <= BK and V <= BV, so one K tile and one V tile per chunk.
 Grid persistent: a 1-D grid of at most num_programs programs, each looping over tasks
 (head, chunk, batch), first one fastest.
 """
+
 import triton
 import triton.language as tl
 
@@ -56,10 +57,14 @@ def chunk_gla_fwd_o_gk_kernel(
             # The intra-chunk operands are loaded first: their latency overlaps the K loop's.
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
-                    :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -70,8 +75,9 @@ def chunk_gla_fwd_o_gk_kernel(
         b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
         b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
         if EVICT_H:
-            b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                eviction_policy="evict_first"))
+            b_h = tl.load(
+                p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+            )
         else:
             b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
         if USE_EXP2:
@@ -85,10 +91,14 @@ def chunk_gla_fwd_o_gk_kernel(
         if not EARLY_INTRA:
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = (A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None,
-                    :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row * BT + (i_t * BT + o_r[:, None]).to(tl.int64) * (H * BT) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")

@@ -15,6 +15,7 @@ A sequence that is not a whole number of chunks is right-padded on the host (zer
 its last value, da_cs_rev and segsum of the last chunk are rebuilt); the padded qk_dot and dz are
 copied back into the caller's outputs after the kernels.
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -30,13 +31,22 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         if PRECISION == "tf32x3_split":
             a_hi, a_lo = _parts(a, PRECISION)
             b_hi, b_lo = _parts(b, PRECISION)
-            return (_dot(a_hi, a_lo, b_hi, b_lo, tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32
-                ), MIN_DOT, PRECISION))
+            return _dot(
+                a_hi,
+                a_lo,
+                b_hi,
+                b_lo,
+                tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32),
+                MIN_DOT,
+                PRECISION,
+            )
         else:
             return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
-            shape[1]]), axis=1))
+        return tl.sum(
+            tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]),
+            axis=1,
+        )
 
 
 @triton.jit
@@ -96,8 +106,9 @@ def _dsilu(zt, zeta, u, sig):
     plain = sig * (1.0 + u * (1.0 - sig))
     z_hi, z_lo = _split(zt)
     w_hi, w_lo = _split(zeta)
-    d = ((z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)) \
-        - 1.2979282537628478e-08
+    d = (
+        (z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)
+    ) - 1.2979282537628478e-08
     near = tl.abs(d) < 0.5
     d = tl.where(near, d, 0.0)  # lanes that take the plain form get a harmless d
     ed = tl.exp(d)
@@ -152,8 +163,9 @@ def mamba3_mimo_bwd_fwd_rotary_kernel(
     tl.store(disc + (bh * 2 + 1) * T + o_t, b_ts)
     # Rotation angles [C, N/2]; dims past NR pass through (cos 1, sin 0).
     tok = i_b.to(tl.int64) * T + o_t  # [C]
-    theta = tl.load(angles + (tok[:, None] * H + i_h) * NR + o_n[None, :], mask=o_n[None, :] < NR,
-                    other=0.0).to(tl.float32)
+    theta = tl.load(
+        angles + (tok[:, None] * H + i_h) * NR + o_n[None, :], mask=o_n[None, :] < NR, other=0.0
+    ).to(tl.float32)
     cos = tl.cos(theta)
     sin = tl.sin(theta)
     src = (tok[:, None] * R * G + i_g) * N + o_n[None, :]  # [C, N/2], rank 0
@@ -212,8 +224,9 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
 ):
     """One program per (P block, b * h), walking the chunks in order: stores the entering state,
     recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the state;
-    keys and Psi-values are folded over the key rank ([R*C, N], [R*C, BLOCK_P]), qk_dot is
-    written too."""
+    keys and Psi-values are folded over the key rank ([R*C, N], [R*C, BLOCK_P]), qk_dot is written
+    too.
+    """
     tl.static_assert(BR >= R)
     tl.static_assert((R & (R - 1)) == 0)  # R*C rows must be a power of two
     tl.static_assert(R >= 2)  # nothing to fold at R = 1 (and a zero-stride Psi gather there)
@@ -239,8 +252,10 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     acc_z = tl.zeros([BR, BP], dtype=tl.float32)
     for i_c in range(NC):
         t0 = i_c * C
-        tl.store(states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
-                 b_s.to(states.dtype.element_ty))
+        tl.store(
+            states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
+            b_s.to(states.dtype.element_ty),
+        )
         p_tok = bh * T + t0 + o_t  # [C] in [B,H,T]
         b_dacs = tl.load(da_cs + p_tok).to(tl.float32)
         b_last = tl.load(da_cs + bh * T + t0 + C - 1).to(tl.float32)
@@ -248,11 +263,15 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         # Score weights [C, R*C] of the chunk, built once: exp(segsum) trap_scale of the key token
         # below the diagonal, gamma on it (every key rank of a token shares its token's weight).
         m_strict_f = o_t[:, None] > u_j[None, :]
-        b_seg = (tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + u_j[None, :]).to(tl.
-            float32))
+        b_seg = tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + u_j[None, :]).to(
+            tl.float32
+        )
         b_ts_f = tl.load(disc + (bh * 2 + 1) * T + t0 + u_j)
-        b_w = tl.where(m_strict_f, tl.exp(tl.where(m_strict_f, b_seg, 0.0)) * b_ts_f[None, :],
-                       tl.where(o_t[:, None] == u_j[None, :], b_gamma[:, None], 0.0))
+        b_w = tl.where(
+            m_strict_f,
+            tl.exp(tl.where(m_strict_f, b_seg, 0.0)) * b_ts_f[None, :],
+            tl.where(o_t[:, None] == u_j[None, :], b_gamma[:, None], 0.0),
+        )
         # Folded keys [R*C, N] (contiguous rows of k_rot) and Psi-values [R*C, BP].
         b_wk_f = tl.exp(tl.load(da_cs_rev + bh * T + t0 + u_j).to(tl.float32)) * b_ts_f
         b_kf = tl.load(k_rot + (bh * T + t0) * R * N + o_j[:, None] * N + o_n[None, :])
@@ -267,8 +286,9 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         if HAS_Z:
             zt = tl.load(z + p_x).to(tl.float32)
             dz_acc = tl.zeros([C, BP], dtype=tl.float32)
-        # [C, N], rank 0 of q_rot / k_rot
-        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]
+        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[
+            None, :
+        ]  # [C, N], rank 0 of q_rot / k_rot
         for r in tl.static_range(R):
             b_q = tl.load(q_rot + p_rk + r * N)
             # Inter-chunk term from the entering state.
@@ -277,8 +297,11 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
             b_qk = _mm(b_q, tl.trans(b_kf), MIN_DOT, DOT_PRECISION)
             # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0
             # writes.
-            tl.store(qk_dot + ((bh * T + t0 + o_t[:, None]) * R + r) * R + s_j[None, :], b_qk.to(
-                qk_dot.dtype.element_ty), mask=(o_t[:, None] == u_j[None, :]) & (i_p == 0))
+            tl.store(
+                qk_dot + ((bh * T + t0 + o_t[:, None]) * R + r) * R + s_j[None, :],
+                b_qk.to(qk_dot.dtype.element_ty),
+                mask=(o_t[:, None] == u_j[None, :]) & (i_p == 0),
+            )
             y += _mm(b_qk * b_w, b_pv, MIN_DOT, DOT_PRECISION)
             if HAS_D:
                 psi_r = tl.load(mimo_v + phi_base + r * P + o_p).to(tl.float32)
@@ -309,10 +332,7 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         tl.store(dmimo_z + p_out, acc_z.to(dmimo_z.dtype.element_ty), mask=rr[:, None] < R)
 
 
-KERNELS = (
-    mamba3_mimo_bwd_fwd_rotary_kernel,
-    mamba3_mimo_bwd_fwd_scan_kernel,
-)
+KERNELS = (mamba3_mimo_bwd_fwd_rotary_kernel, mamba3_mimo_bwd_fwd_scan_kernel)
 LAUNCH_OPTIONS = ("num_warps", "num_stages")
 # Smallest dimension the backend's tl.dot accepts (NVIDIA and the CPU interpreter: 16; Ascend: any);
 # smaller products fall back to a broadcast multiply and sum.
@@ -353,9 +373,34 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     return dout, q, k, v, angles, z, dt, trap, cs.contiguous(), rev.contiguous(), seg
 
 
-def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-          mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-          num_programs, point):
+def _plan(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches, plus the (destination, padded source) copies that follow them."""
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -364,7 +409,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     copies = []
     if S % C:
         dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum = _pad_to_chunks(
-            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum)
+            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum
+        )
         T = q.shape[1]
         qk_full = torch.empty((B, H, T, R, R), dtype=qk_dot.dtype, device=qk_dot.device)
         copies.append((qk_dot, qk_full[:, :, :S]))
@@ -384,23 +430,105 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
     calls = []
     disc = torch.empty((B, H, 2, T), dtype=torch.float32, device=dev)
-    calls.append((mamba3_mimo_bwd_fwd_rotary_kernel, (NC, B * H), dict(
-        q=q, k=k, q_bias=q_bias, k_bias=k_bias, angles=angles, dt=dt, trap=trap, q_rot=q_rot,
-        k_rot=k_rot, disc=disc, T=T, H=H, HG=HG, R=R, G=G, N=N, NR=NR, C=C), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_rotary_kernel,
+            (NC, B * H),
+            dict(
+                q=q,
+                k=k,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                angles=angles,
+                dt=dt,
+                trap=trap,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                disc=disc,
+                T=T,
+                H=H,
+                HG=HG,
+                R=R,
+                G=G,
+                N=N,
+                NR=NR,
+                C=C,
+            ),
+            options,
+        )
+    )
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     scan_grid = (P // BLOCK_P, B * H)
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, v=v, mimo_v=mimo_v,
-        mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, d=d, z=z if has_z else None, q_rot=q_rot,
-        k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev, disc=disc, segsum=segsum, states=states,
-        dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else None,
-        qk_dot=qk_dot, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P, HAS_Z=has_z, HAS_D=d is
-        not None, MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_scan_kernel,
+            scan_grid,
+            dict(
+                dout=dout,
+                v=v,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                mimo_z=mimo_z if has_z else None,
+                d=d,
+                z=z if has_z else None,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                da_cs=da_cs,
+                da_cs_rev=da_cs_rev,
+                disc=disc,
+                segsum=segsum,
+                states=states,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                dz=dz if has_z else None,
+                qk_dot=qk_dot,
+                T=T,
+                H=H,
+                R=R,
+                N=N,
+                P=P,
+                C=C,
+                BR=BR,
+                BLOCK_P=BLOCK_P,
+                HAS_Z=has_z,
+                HAS_D=d is not None,
+                MIN_DOT=_min_dot(),
+                DOT_PRECISION=point.get("DOT_PRECISION", "ieee"),
+            ),
+            options,
+        )
+    )
     return calls, copies
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -414,18 +542,93 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
             dots; defaults to ieee) and the launch options num_warps, num_stages
             (absent under the interpreter).
     """
-    return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point)[0]
+    return _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-    num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-        rotary_dim_divisor, num_programs, point))
+    calls, copies = _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -14,6 +14,7 @@ A sequence that is not a whole number of chunks is right-padded on the host (zer
 its last value, da_cs_rev and segsum of the last chunk are rebuilt); the padded qk_dot and dz are
 copied back into the caller's outputs after the kernels.
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -29,13 +30,22 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         if PRECISION == "tf32x3_split":
             a_hi, a_lo = _parts(a, PRECISION)
             b_hi, b_lo = _parts(b, PRECISION)
-            return (_dot(a_hi, a_lo, b_hi, b_lo, tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32
-                ), MIN_DOT, PRECISION))
+            return _dot(
+                a_hi,
+                a_lo,
+                b_hi,
+                b_lo,
+                tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32),
+                MIN_DOT,
+                PRECISION,
+            )
         else:
             return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
-            shape[1]]), axis=1))
+        return tl.sum(
+            tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]),
+            axis=1,
+        )
 
 
 @triton.jit
@@ -95,8 +105,9 @@ def _dsilu(zt, zeta, u, sig):
     plain = sig * (1.0 + u * (1.0 - sig))
     z_hi, z_lo = _split(zt)
     w_hi, w_lo = _split(zeta)
-    d = ((z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)) \
-        - 1.2979282537628478e-08
+    d = (
+        (z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)
+    ) - 1.2979282537628478e-08
     near = tl.abs(d) < 0.5
     d = tl.where(near, d, 0.0)  # lanes that take the plain form get a harmless d
     ed = tl.exp(d)
@@ -138,8 +149,9 @@ def mamba3_mimo_bwd_fwd_rotary_kernel(
     for i_t in range(i_c * C, i_c * C + C):
         # Dims past NR pass through: angle 0 gives cos 1, sin 0.
         tok = (i_b * T + i_t).to(tl.int64)
-        theta = (tl.load(angles + (tok * H + i_h) * NR + o_n, mask=o_n < NR, other=0.0).to(tl.
-            float32))
+        theta = tl.load(angles + (tok * H + i_h) * NR + o_n, mask=o_n < NR, other=0.0).to(
+            tl.float32
+        )
         cos = tl.cos(theta)
         sin = tl.sin(theta)
         src = (tok * R * G + i_g) * N  # (b, t, rank 0, g)
@@ -148,11 +160,13 @@ def mamba3_mimo_bwd_fwd_rotary_kernel(
             p_in = src + r * G * N + o_n
             p_bias = (i_h * R + r) * N + o_n
             q_lo = tl.load(q + p_in).to(tl.float32) + tl.load(q_bias + p_bias).to(tl.float32)
-            q_hi = (tl.load(q + p_in + HALF).to(tl.float32) + tl.load(q_bias + p_bias + HALF).to(tl.
-                float32))
+            q_hi = tl.load(q + p_in + HALF).to(tl.float32) + tl.load(q_bias + p_bias + HALF).to(
+                tl.float32
+            )
             k_lo = tl.load(k + p_in).to(tl.float32) + tl.load(k_bias + p_bias).to(tl.float32)
-            k_hi = (tl.load(k + p_in + HALF).to(tl.float32) + tl.load(k_bias + p_bias + HALF).to(tl.
-                float32))
+            k_hi = tl.load(k + p_in + HALF).to(tl.float32) + tl.load(k_bias + p_bias + HALF).to(
+                tl.float32
+            )
             q_rot_lo = cos * q_lo - sin * q_hi
             q_rot_hi = sin * q_lo + cos * q_hi
             k_rot_lo = cos * k_lo - sin * k_hi
@@ -240,8 +254,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     DOT_PRECISION: tl.constexpr,
 ):
     """One program per b * h, walking the chunks in order: stores the entering state,
-    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the
-    state."""
+    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the state.
+    """
     tl.static_assert(BR >= R)
     BP: tl.constexpr = P
     i_p = 0
@@ -263,8 +277,10 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     acc_z = tl.zeros([BR, BP], dtype=tl.float32)
     for i_c in range(NC):
         t0 = i_c * C
-        tl.store(states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
-                 b_s.to(states.dtype.element_ty))
+        tl.store(
+            states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
+            b_s.to(states.dtype.element_ty),
+        )
         p_tok = bh * T + t0 + o_t  # [C] in [B,H,T]
         b_dacs = tl.load(da_cs + p_tok).to(tl.float32)
         b_rev = tl.load(da_cs_rev + p_tok).to(tl.float32)
@@ -286,8 +302,9 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         if HAS_Z:
             zt = tl.load(z + p_x).to(tl.float32)
             dz_acc = tl.zeros([C, BP], dtype=tl.float32)
-        # [C, N], rank 0 of q_rot / k_rot
-        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]
+        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[
+            None, :
+        ]  # [C, N], rank 0 of q_rot / k_rot
         for r in tl.static_range(R):
             b_q = tl.load(q_rot + p_rk + r * N)
             y = _mm(b_q * b_edc[:, None], b_s, MIN_DOT, DOT_PRECISION)
@@ -296,8 +313,11 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
                 b_k = tl.load(k_rot + p_rk + s * N)
                 b_seg = tl.load(segsum + p_seg).to(tl.float32)
                 b_a = _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)
-                b_a = (tl.where(m_strict, b_a * tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None,
-                    :], tl.where(m_diag, b_a * b_gamma[:, None], 0.0)))
+                b_a = tl.where(
+                    m_strict,
+                    b_a * tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
+                    tl.where(m_diag, b_a * b_gamma[:, None], 0.0),
+                )
                 psi = tl.load(mimo_v + phi_base + s * P + o_p).to(tl.float32)
                 y += _mm(b_a, b_v * psi[None, :], MIN_DOT, DOT_PRECISION)
             if HAS_D:
@@ -377,9 +397,34 @@ def _pad_to_chunks(C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segs
     return dout, q, k, v, angles, z, dt, trap, cs.contiguous(), rev.contiguous(), seg
 
 
-def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-          mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-          num_programs, point):
+def _plan(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches, plus the (destination, padded source) copies that follow them."""
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -388,7 +433,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     copies = []
     if S % C:
         dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum = _pad_to_chunks(
-            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum)
+            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum
+        )
         T = q.shape[1]
         qk_full = torch.empty((B, H, T, R, R), dtype=qk_dot.dtype, device=qk_dot.device)
         copies.append((qk_dot, qk_full[:, :, :S]))
@@ -407,24 +453,122 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     k_rot = torch.empty((B, H, T, R, N), dtype=torch.float32, device=dev)
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
     calls = []
-    calls.append((mamba3_mimo_bwd_fwd_rotary_kernel, (NC, B * H), dict(
-        q=q, k=k, q_bias=q_bias, k_bias=k_bias, angles=angles, q_rot=q_rot, k_rot=k_rot, T=T, H=H,
-        HG=HG, R=R, G=G, N=N, NR=NR, C=C), options))
-    calls.append((mamba3_mimo_bwd_fwd_qkdot_kernel, (NC, B * H), dict(q=q, k=k, q_bias=q_bias,
-        k_bias=k_bias, qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, BR=BR, C=C), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_rotary_kernel,
+            (NC, B * H),
+            dict(
+                q=q,
+                k=k,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                angles=angles,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                T=T,
+                H=H,
+                HG=HG,
+                R=R,
+                G=G,
+                N=N,
+                NR=NR,
+                C=C,
+            ),
+            options,
+        )
+    )
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_qkdot_kernel,
+            (NC, B * H),
+            dict(
+                q=q,
+                k=k,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                qk_dot=qk_dot,
+                T=T,
+                H=H,
+                HG=HG,
+                R=R,
+                G=G,
+                N=N,
+                BR=BR,
+                C=C,
+            ),
+            options,
+        )
+    )
     scan_grid = (B * H,)
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(dout=dout, v=v, mimo_v=mimo_v,
-        mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, d=d, z=z if has_z else None, q_rot=q_rot,
-        k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum,
-        states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else
-        None, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, HAS_Z=has_z, HAS_D=d is not None,
-        MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee")), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_scan_kernel,
+            scan_grid,
+            dict(
+                dout=dout,
+                v=v,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                mimo_z=mimo_z if has_z else None,
+                d=d,
+                z=z if has_z else None,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                da_cs=da_cs,
+                da_cs_rev=da_cs_rev,
+                dt=dt,
+                trap=trap,
+                segsum=segsum,
+                states=states,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                dz=dz if has_z else None,
+                T=T,
+                H=H,
+                R=R,
+                N=N,
+                P=P,
+                C=C,
+                BR=BR,
+                HAS_Z=has_z,
+                HAS_D=d is not None,
+                MIN_DOT=_min_dot(),
+                DOT_PRECISION=point.get("DOT_PRECISION", "ieee"),
+            ),
+            options,
+        )
+    )
     return calls, copies
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -438,18 +582,93 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
             dots; defaults to ieee) and the launch options num_warps, num_stages
             (absent under the interpreter).
     """
-    return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point)[0]
+    return _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-    num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-        rotary_dim_divisor, num_programs, point))
+    calls, copies = _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

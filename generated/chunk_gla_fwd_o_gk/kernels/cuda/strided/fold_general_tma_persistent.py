@@ -15,6 +15,7 @@ bytes, data not starting on 16 bytes) is copied to a contiguous tensor first. o 
 It has no tuning records: it runs the point chosen for the contiguous module of
 fold_general_tma_persistent.
 """
+
 import triton
 import triton.language as tl
 
@@ -63,10 +64,14 @@ def chunk_gla_fwd_o_gk_kernel(
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
                 row_A = tl.cast(i_b, tl.int64) * stride_A_b + tl.cast(i_h, tl.int64) * stride_A_h
-                p_Ar = (A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[
-                    None, :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
             b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)
@@ -84,10 +89,14 @@ def chunk_gla_fwd_o_gk_kernel(
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
                 row_A = tl.cast(i_b, tl.int64) * stride_A_b + tl.cast(i_h, tl.int64) * stride_A_h
-                p_Ar = (A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[
-                    None, :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
             b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)
@@ -115,8 +124,8 @@ def _descriptor_class():
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError as exc:
         raise NotImplementedError(
-            f"fold_general_tma_persistent needs Triton >= 3.4 (tensor descriptors), not "
-            f"{triton.__version__}") from exc
+            f"fold_general_tma_persistent needs Triton >= 3.4 (tensor descriptors), not {triton.__version__}"
+        ) from exc
     return TensorDescriptor
 
 

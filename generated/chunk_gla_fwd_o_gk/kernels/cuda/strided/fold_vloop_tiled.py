@@ -13,6 +13,7 @@ transposed view is read in place; o is contiguous. The rows' strides (tokens', h
 constexprs: one compilation per layout, which T does not change. It has no tuning records: it
 runs the point chosen for the contiguous module of fold_vloop_tiled.
 """
+
 import triton
 import triton.language as tl
 
@@ -83,11 +84,13 @@ def chunk_gla_fwd_o_gk_kernel(
     o_r = tl.arange(0, BT)
     if TRIL_LOAD:
         p_Ar = A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
-        b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
-            other=0.0))
+        b_A = tl.load(
+            p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+        )
     else:
-        p_A = (tl.make_block_ptr(A + row_A, (T, BT), (stride_A_t, 1), (i_t * BT, 0), (BT, BT), (1, 0
-            )))
+        p_A = tl.make_block_ptr(
+            A + row_A, (T, BT), (stride_A_t, 1), (i_t * BT, 0), (BT, BT), (1, 0)
+        )
         b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
     b_A = tl.where(o_r[:, None] >= o_r[None, :], b_A, 0.0)
     # In v's dtype, or as a hi/lo pair of it (A_PAIR: the rounding of A drops to the square of
@@ -97,11 +100,13 @@ def chunk_gla_fwd_o_gk_kernel(
         b_A_lo = (b_A - b_A_hi.to(tl.float32)).to(v.dtype.element_ty)
     for i_v in range(tl.cdiv(V, BV)):
         p_h = tl.make_block_ptr(h + mat, (K, V), (stride_h_k, 1), (0, i_v * BV), (BK, BV), (1, 0))
-        p_v = (tl.make_block_ptr(v + row_v, (T, V), (stride_v_t, 1), (i_t * BT, i_v * BV), (BT, BV),
-            (1, 0)))
+        p_v = tl.make_block_ptr(
+            v + row_v, (T, V), (stride_v_t, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+        )
         if EVICT_H:
-            b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                eviction_policy="evict_first"))
+            b_h = tl.load(
+                p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+            )
         else:
             b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -109,8 +114,9 @@ def chunk_gla_fwd_o_gk_kernel(
         b_o += tl.dot(b_A_hi, b_v)
         if A_PAIR:
             b_o += tl.dot(b_A_lo, b_v)
-        p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (
-            1, 0)))
+        p_o = tl.make_block_ptr(
+            o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+        )
         tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 

@@ -14,6 +14,7 @@ strides, the last one 1); one a descriptor cannot take (a stride not a positive 
 bytes, data not starting on 16 bytes) is copied to a contiguous tensor first. o is contiguous.
 It has no tuning records: it runs the point chosen for the contiguous module of post_general_tma.
 """
+
 import triton
 import triton.language as tl
 
@@ -61,8 +62,9 @@ def chunk_gla_fwd_o_gk_kernel(
             o_r = tl.arange(0, BT)
             row_A = tl.cast(i_b, tl.int64) * stride_A_b + tl.cast(i_h, tl.int64) * stride_A_h
             p_Ar = A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
             b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
         b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)
@@ -82,8 +84,9 @@ def chunk_gla_fwd_o_gk_kernel(
             o_r = tl.arange(0, BT)
             row_A = tl.cast(i_b, tl.int64) * stride_A_b + tl.cast(i_h, tl.int64) * stride_A_h
             p_Ar = A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
             b_A = A_desc.load([i_b, i_t * BT, i_h, 0]).reshape(BT, BT)
         b_v = v.load([i_b, i_t * BT, i_h, i_v * BV]).reshape(BT, BV)

@@ -14,6 +14,7 @@ transposed view is read in place; o is contiguous. The rows' strides (tokens', h
 constexprs: one compilation per layout, which T does not change. It has no tuning records: it
 runs the point chosen for the contiguous module of post_h1_chunks4.
 """
+
 import triton
 import triton.language as tl
 
@@ -67,34 +68,44 @@ def chunk_gla_fwd_o_gk_kernel(
         row_A = i_b64 * stride_A_b
         mat = i_b64 * stride_h_b + tl.cast(i_t, tl.int64) * stride_h_t
         b_o = tl.zeros([BT, BV], dtype=tl.float32)
-        p_A = (tl.make_block_ptr(A + row_A, (T, BT), (stride_A_t, 1), (i_t * BT, 0), (BT, BT), (1, 0
-            )))
-        p_v = (tl.make_block_ptr(v + row_v, (T, V), (stride_v_t, 1), (i_t * BT, i_v * BV), (BT, BV),
-            (1, 0)))
+        p_A = tl.make_block_ptr(
+            A + row_A, (T, BT), (stride_A_t, 1), (i_t * BT, 0), (BT, BT), (1, 0)
+        )
+        p_v = tl.make_block_ptr(
+            v + row_v, (T, V), (stride_v_t, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+        )
         if EARLY_INTRA:
             # The intra-chunk operands are loaded first: their latency overlaps the K loop's.
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = (A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[
-                    None, :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
 
         for i_k in range(tl.cdiv(K, BK)):
-            p_q = (tl.make_block_ptr(q + row_q, (T, K), (stride_q_t, 1), (i_t * BT, i_k * BK), (BT,
-                BK), (1, 0)))
-            p_g = (tl.make_block_ptr(g + row_g, (T, K), (stride_g_t, 1), (i_t * BT, i_k * BK), (BT,
-                BK), (1, 0)))
-            p_h = (tl.make_block_ptr(h + mat, (K, V), (stride_h_k, 1), (i_k * BK, i_v * BV), (BK, BV
-                ), (1, 0)))
+            p_q = tl.make_block_ptr(
+                q + row_q, (T, K), (stride_q_t, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0)
+            )
+            p_g = tl.make_block_ptr(
+                g + row_g, (T, K), (stride_g_t, 1), (i_t * BT, i_k * BK), (BT, BK), (1, 0)
+            )
+            p_h = tl.make_block_ptr(
+                h + mat, (K, V), (stride_h_k, 1), (i_k * BK, i_v * BV), (BK, BV), (1, 0)
+            )
             b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
             b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
             if EVICT_H:
-                b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                    eviction_policy="evict_first"))
+                b_h = tl.load(
+                    p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+                )
             else:
                 b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
             if USE_EXP2:
@@ -108,10 +119,14 @@ def chunk_gla_fwd_o_gk_kernel(
         if not EARLY_INTRA:
             if TRIL_LOAD:
                 o_r = tl.arange(0, BT)
-                p_Ar = (A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[
-                    None, :])
-                b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None,
-                    :]), other=0.0))
+                p_Ar = (
+                    A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
+                )
+                b_A = tl.load(
+                    p_Ar,
+                    mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]),
+                    other=0.0,
+                )
             else:
                 b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")

@@ -13,6 +13,7 @@ transposed view is read in place; o is contiguous. The rows' strides (tokens', h
 constexprs: one compilation per layout, which T does not change. It has no tuning records: it
 runs the point chosen for the contiguous module of split_single_tiled.
 """
+
 import triton
 import triton.language as tl
 
@@ -79,8 +80,9 @@ def chunk_gla_fwd_o_gk_kernel(
         if TRIL_LOAD:
             o_r = tl.arange(0, BT)
             p_Ar = A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
@@ -91,8 +93,9 @@ def chunk_gla_fwd_o_gk_kernel(
     b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
     b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
     if EVICT_H:
-        b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-            eviction_policy="evict_first"))
+        b_h = tl.load(
+            p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+        )
     else:
         b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
     if USE_EXP2:
@@ -110,8 +113,9 @@ def chunk_gla_fwd_o_gk_kernel(
         if TRIL_LOAD:
             o_r = tl.arange(0, BT)
             p_Ar = A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")

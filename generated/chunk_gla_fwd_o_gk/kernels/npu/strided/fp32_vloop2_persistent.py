@@ -15,6 +15,7 @@ transposed view is read in place; o is contiguous. The rows' strides (tokens', h
 constexprs: one compilation per layout, which T does not change. It has no tuning records: it
 runs the point chosen for the contiguous module of fp32_vloop2_persistent.
 """
+
 import triton
 import triton.language as tl
 
@@ -87,10 +88,12 @@ def chunk_gla_fwd_o_gk_kernel(
         else:
             b_g = tl.exp(b_g)
         b_a0 = b_q * b_g * scale
-        p_q = (tl.make_block_ptr(q + row_q, (T, K), (stride_q_t, 1), (i_t * BT, BK), (BT, BK), (1, 0
-            )))
-        p_g = (tl.make_block_ptr(g + row_g, (T, K), (stride_g_t, 1), (i_t * BT, BK), (BT, BK), (1, 0
-            )))
+        p_q = tl.make_block_ptr(
+            q + row_q, (T, K), (stride_q_t, 1), (i_t * BT, BK), (BT, BK), (1, 0)
+        )
+        p_g = tl.make_block_ptr(
+            g + row_g, (T, K), (stride_g_t, 1), (i_t * BT, BK), (BT, BK), (1, 0)
+        )
         b_q = tl.load(p_q, boundary_check=(0, 1), padding_option="zero").to(tl.float32)
         b_g = tl.load(p_g, boundary_check=(0, 1), padding_option="zero")
         if USE_EXP2:
@@ -102,36 +105,44 @@ def chunk_gla_fwd_o_gk_kernel(
         o_r = tl.arange(0, BT)
         if TRIL_LOAD:
             p_Ar = A + row_A + (i_t * BT + o_r[:, None]).to(tl.int64) * (stride_A_t) + o_r[None, :]
-            b_A = (tl.load(p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]
-                ), other=0.0))
+            b_A = tl.load(
+                p_Ar, mask=(i_t * BT + o_r[:, None] < T) & (o_r[:, None] >= o_r[None, :]), other=0.0
+            )
         else:
-            p_A = (tl.make_block_ptr(A + row_A, (T, BT), (stride_A_t, 1), (i_t * BT, 0), (BT, BT), (
-                1, 0)))
+            p_A = tl.make_block_ptr(
+                A + row_A, (T, BT), (stride_A_t, 1), (i_t * BT, 0), (BT, BT), (1, 0)
+            )
             b_A = tl.load(p_A, boundary_check=(0,), padding_option="zero")
         b_A = tl.where(o_r[:, None] >= o_r[None, :], b_A, 0.0)
         for i_v in range(tl.cdiv(V, BV)):
-            p_h = (tl.make_block_ptr(h + mat, (K, V), (stride_h_k, 1), (0, i_v * BV), (BK, BV), (1,
-                0)))
-            p_v = (tl.make_block_ptr(v + row_v, (T, V), (stride_v_t, 1), (i_t * BT, i_v * BV), (BT,
-                BV), (1, 0)))
+            p_h = tl.make_block_ptr(
+                h + mat, (K, V), (stride_h_k, 1), (0, i_v * BV), (BK, BV), (1, 0)
+            )
+            p_v = tl.make_block_ptr(
+                v + row_v, (T, V), (stride_v_t, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+            )
             if EVICT_H:
-                b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                    eviction_policy="evict_first"))
+                b_h = tl.load(
+                    p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+                )
             else:
                 b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
             b_v = tl.load(p_v, boundary_check=(0, 1), padding_option="zero")
             b_o = tl.dot(b_a0, b_h, input_precision=DOT_PRECISION)
-            p_h = (tl.make_block_ptr(h + mat, (K, V), (stride_h_k, 1), (BK, i_v * BV), (BK, BV), (1,
-                0)))
+            p_h = tl.make_block_ptr(
+                h + mat, (K, V), (stride_h_k, 1), (BK, i_v * BV), (BK, BV), (1, 0)
+            )
             if EVICT_H:
-                b_h = (tl.load(p_h, boundary_check=(0, 1), padding_option="zero",
-                    eviction_policy="evict_first"))
+                b_h = tl.load(
+                    p_h, boundary_check=(0, 1), padding_option="zero", eviction_policy="evict_first"
+                )
             else:
                 b_h = tl.load(p_h, boundary_check=(0, 1), padding_option="zero")
             b_o += tl.dot(b_a1, b_h, input_precision=DOT_PRECISION)
             b_o += tl.dot(b_A, b_v.to(tl.float32), input_precision=DOT_PRECISION)
-            p_o = (tl.make_block_ptr(o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV
-                ), (1, 0)))
+            p_o = tl.make_block_ptr(
+                o + row * V, (T, V), (H * V, 1), (i_t * BT, i_v * BV), (BT, BV), (1, 0)
+            )
             tl.store(p_o, b_o.to(o.dtype.element_ty), boundary_check=(0, 1))
 
 

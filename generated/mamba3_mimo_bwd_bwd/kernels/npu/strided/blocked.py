@@ -15,6 +15,7 @@ outputs are contiguous. It has no tuning records: it runs the point chosen for t
 module of blocked.
 
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -28,8 +29,9 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         # a fresh left operand: tl.dot may overwrite its left input on Ascend
         return tl.dot(a + 0.0, b, input_precision=PRECISION)
     else:
-        prod = (tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1
-            ]]))
+        prod = tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(
+            b, [1, b.shape[0], b.shape[1]]
+        )
         return tl.sum(prod, axis=1)
 
 
@@ -49,8 +51,10 @@ def _tok_cols(x, C: tl.constexpr, BR: tl.constexpr):
 def _spread(x, C: tl.constexpr):
     """[BR, X] per-rank rows -> [C * BR, X], repeated for each of C tokens (a load with a row
     stride of 0 at BR = 1 is refused by the Ascend front end, a broadcast is not)."""
-    return (tl.reshape(tl.broadcast_to(tl.reshape(x, [1, x.shape[0], x.shape[1]]), [C, x.shape[0], x
-        .shape[1]]), [C * x.shape[0], x.shape[1]]))
+    return tl.reshape(
+        tl.broadcast_to(tl.reshape(x, [1, x.shape[0], x.shape[1]]), [C, x.shape[0], x.shape[1]]),
+        [C * x.shape[0], x.shape[1]],
+    )
 
 
 @triton.jit
@@ -59,10 +63,12 @@ def _coefficients(dt, trap, p, tok, S):
     past S) at offsets p of tokens tok; 0 for tokens past S."""
     m = tok < S
     m_next = tok + 1 < S
-    b_gamma = (tl.load(dt + p, mask=m, other=0.0) * tl.sigmoid(tl.load(trap + p, mask=m, other=0.0).
-        to(tl.float32)))
+    b_gamma = tl.load(dt + p, mask=m, other=0.0) * tl.sigmoid(
+        tl.load(trap + p, mask=m, other=0.0).to(tl.float32)
+    )
     b_next = tl.load(dt + p + 1, mask=m_next, other=0.0) * tl.sigmoid(
-        -tl.load(trap + p + 1, mask=m_next, other=0.0).to(tl.float32))
+        -tl.load(trap + p + 1, mask=m_next, other=0.0).to(tl.float32)
+    )
     return b_gamma, b_gamma + b_next
 
 
@@ -78,8 +84,24 @@ def _gated_dy(dout, z, phi, zeta, p_dout, p_z, m, HAS_Z: tl.constexpr):
 
 
 @triton.jit
-def _pv_dy(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok, p_psi, m_rr, o_p, P: tl.
-    constexpr, C: tl.constexpr, HAS_Z: tl.constexpr):
+def _pv_dy(
+    v,
+    dout,
+    z,
+    mimo_v,
+    mimo_o,
+    mimo_z,
+    x_v,
+    x_dout,
+    x_z,
+    m_tok,
+    p_psi,
+    m_rr,
+    o_p,
+    P: tl.constexpr,
+    C: tl.constexpr,
+    HAS_Z: tl.constexpr,
+):
     """The P columns o_p of the chunk's rows (v, dout, z rows at [L] offsets x_v, x_dout, x_z):
     v, Psi, PsiV and dY [L, len(o_p)]."""
     b_v = tl.load(v + x_v[:, None] + o_p[None, :], mask=m_tok[:, None], other=0.0).to(tl.float32)
@@ -88,21 +110,69 @@ def _pv_dy(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok, p_psi, m
     zeta = phi
     if HAS_Z:
         zeta = _spread(tl.load(mimo_z + p_psi + o_p[None, :], mask=m_rr, other=0.0), C)
-    return b_v, psi, b_v * psi, _gated_dy(dout, z, phi, zeta, x_dout[:, None] + o_p[None, :],
-                                          x_z[:, None] + o_p[None, :], m_tok[:, None], HAS_Z)
+    return (
+        b_v,
+        psi,
+        b_v * psi,
+        _gated_dy(
+            dout,
+            z,
+            phi,
+            zeta,
+            x_dout[:, None] + o_p[None, :],
+            x_z[:, None] + o_p[None, :],
+            m_tok[:, None],
+            HAS_Z,
+        ),
+    )
 
 
 @triton.jit
-def _scores_m(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok, p_psi, m_rr, o_bp, P: tl.
-    constexpr, C: tl.constexpr, BP: tl.constexpr, HAS_Z: tl.constexpr, HAS_D: tl.constexpr, MIN_DOT:
-    tl.constexpr, DOT_PRECISION: tl.constexpr):
+def _scores_m(
+    v,
+    dout,
+    z,
+    mimo_v,
+    mimo_o,
+    mimo_z,
+    x_v,
+    x_dout,
+    x_z,
+    m_tok,
+    p_psi,
+    m_rr,
+    o_bp,
+    P: tl.constexpr,
+    C: tl.constexpr,
+    BP: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_D: tl.constexpr,
+    MIN_DOT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """M = dY PsiV^T [L, L] over P steps of BP, and (HAS_D) the sum of dY * PsiV, dd's share."""
     b_m = tl.zeros([x_v.shape[0], x_v.shape[0]], dtype=tl.float32)
     acc_d = tl.zeros([x_v.shape[0], BP], dtype=tl.float32)
     for i_p in range(0, P // BP):
         o_p = i_p * BP + o_bp
-        _v, _psi, pv, dy = (_pv_dy(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok,
-            p_psi, m_rr, o_p, P, C, HAS_Z))
+        _v, _psi, pv, dy = _pv_dy(
+            v,
+            dout,
+            z,
+            mimo_v,
+            mimo_o,
+            mimo_z,
+            x_v,
+            x_dout,
+            x_z,
+            m_tok,
+            p_psi,
+            m_rr,
+            o_p,
+            P,
+            C,
+            HAS_Z,
+        )
         b_m += _mm(dy, tl.trans(pv), MIN_DOT, DOT_PRECISION)
         if HAS_D:
             acc_d += dy * pv
@@ -110,18 +180,32 @@ def _scores_m(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok, p_psi
 
 
 @triton.jit
-def _halves(x, x_bias, p_row, m_row, p_bias, m_rr, cols, m_col, cos, sin, C: tl.constexpr, HALF: tl.
-    constexpr):
+def _halves(
+    x,
+    x_bias,
+    p_row,
+    m_row,
+    p_bias,
+    m_rr,
+    cols,
+    m_col,
+    cos,
+    sin,
+    C: tl.constexpr,
+    HALF: tl.constexpr,
+):
     """Biased q or k rows at columns cols of the first rotation half and cols + HALF (0 where not
     m_col): the halves before the rotation and after it ([L, len(cols)] each)."""
     p_x = p_row[:, None] + cols[None, :]
     p_b = p_bias[:, None] + cols[None, :]
     m_x = m_row[:, None] & m_col[None, :]
     m_b = m_rr & m_col[None, :]
-    x_lo = (tl.load(x + p_x, mask=m_x, other=0.0).to(tl.float32) + _spread(tl.load(x_bias + p_b,
-        mask=m_b, other=0.0), C))
+    x_lo = tl.load(x + p_x, mask=m_x, other=0.0).to(tl.float32) + _spread(
+        tl.load(x_bias + p_b, mask=m_b, other=0.0), C
+    )
     x_hi = tl.load(x + p_x + HALF, mask=m_x, other=0.0).to(tl.float32) + _spread(
-        tl.load(x_bias + p_b + HALF, mask=m_b, other=0.0), C)
+        tl.load(x_bias + p_b + HALF, mask=m_b, other=0.0), C
+    )
     return x_lo, x_hi, cos * x_lo - sin * x_hi, sin * x_lo + cos * x_hi
 
 
@@ -166,8 +250,8 @@ def mamba3_mimo_bwd_bwd_ds_kernel(
     stride_z_h,
 ):
     """One program per (N block, P block, b, h): dS from the last chunk to the first,
-    dS_{c-1} = exp(da_cs[last of c]) dS_c + sum_t exp(da_cs[t]) Q_t^T dY_t, each chunk's dS
-    stored."""
+    dS_{c-1} = exp(da_cs[last of c]) dS_c + sum_t exp(da_cs[t]) Q_t^T dY_t, each chunk's dS stored.
+    """
     HALF: tl.constexpr = N // 2
     L: tl.constexpr = C * BR
     i_n, i_p, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -205,22 +289,66 @@ def mamba3_mimo_bwd_bwd_ds_kernel(
         tok = t0 + t_i
         m_tok = tok < S
         m_row = m_tok & m_r
-        p_row = ((i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g *
-            stride_q_g) + t_i * stride_q_t + r_i * stride_q_r)
-        x = (tl.load(q + p_row[:, None] + o_n[None, :], mask=m_row[:, None], other=0.0).to(tl.
-            float32) + qb)
-        x_part = (tl.load(q + p_row[:, None] + o_part[None, :], mask=m_row[:, None], other=0.0).to(
-            tl.float32) + qb_part)
-        theta = (tl.load(angles + ((i_b.to(tl.int64) * stride_angles_b + tl.cast(t0, tl.int64) *
-            stride_angles_t + i_h * stride_angles_h) + t_i * stride_angles_t)[:, None] + col[None, :
-            ], mask=m_tok[:, None] & m_rot[None, :], other=0.0))
+        p_row = (
+            (i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g * stride_q_g)
+            + t_i * stride_q_t
+            + r_i * stride_q_r
+        )
+        x = (
+            tl.load(q + p_row[:, None] + o_n[None, :], mask=m_row[:, None], other=0.0).to(
+                tl.float32
+            )
+            + qb
+        )
+        x_part = (
+            tl.load(q + p_row[:, None] + o_part[None, :], mask=m_row[:, None], other=0.0).to(
+                tl.float32
+            )
+            + qb_part
+        )
+        theta = tl.load(
+            angles
+            + (
+                (
+                    i_b.to(tl.int64) * stride_angles_b
+                    + tl.cast(t0, tl.int64) * stride_angles_t
+                    + i_h * stride_angles_h
+                )
+                + t_i * stride_angles_t
+            )[:, None]
+            + col[None, :],
+            mask=m_tok[:, None] & m_rot[None, :],
+            other=0.0,
+        )
         p_tok = bh * S + tok
         e_cs = tl.exp(tl.load(da_cs + p_tok, mask=m_tok, other=0.0))
         bq = (tl.cos(theta) * x + sgn[None, :] * tl.sin(theta) * x_part) * e_cs[:, None]
-        dy = (_gated_dy(dout, z, phi, zeta, ((i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.
-            int64) * stride_dout_t + i_h * stride_dout_h) + t_i * stride_dout_t)[:, None] + o_p[
-            None, :], ((i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t + i_h *
-            stride_z_h) + t_i * stride_z_t)[:, None] + o_p[None, :], m_tok[:, None], HAS_Z))
+        dy = _gated_dy(
+            dout,
+            z,
+            phi,
+            zeta,
+            (
+                (
+                    i_b.to(tl.int64) * stride_dout_b
+                    + tl.cast(t0, tl.int64) * stride_dout_t
+                    + i_h * stride_dout_h
+                )
+                + t_i * stride_dout_t
+            )[:, None]
+            + o_p[None, :],
+            (
+                (
+                    i_b.to(tl.int64) * stride_z_b
+                    + tl.cast(t0, tl.int64) * stride_z_t
+                    + i_h * stride_z_h
+                )
+                + t_i * stride_z_t
+            )[:, None]
+            + o_p[None, :],
+            m_tok[:, None],
+            HAS_Z,
+        )
         e_last = tl.exp(tl.load(da_cs + bh * S + tl.minimum(t0 + C, S) - 1))
         ds = e_last * ds + _mm(tl.trans(bq), dy, MIN_DOT, DOT_PRECISION)
 
@@ -332,18 +460,32 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
     tok_t = t0 + o_t
     m_t = tok_t < S
     # [L] rows of the chunk's tokens (and ranks) in each input
-    p_qrow = ((i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g * stride_q_g
-        ) + t_i * stride_q_t + r_i * stride_q_r)
-    p_krow = ((i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g * stride_k_g
-        ) + t_i * stride_k_t + r_i * stride_k_r)
-    x_ang = ((i_b.to(tl.int64) * stride_angles_b + tl.cast(t0, tl.int64) * stride_angles_t + i_h *
-        stride_angles_h) + t_i * stride_angles_t)
-    x_v = ((i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t + i_h * stride_v_h) +
-        t_i * stride_v_t)
-    x_dout = ((i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) * stride_dout_t + i_h *
-        stride_dout_h) + t_i * stride_dout_t)
-    x_z = ((i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t + i_h * stride_z_h) +
-        t_i * stride_z_t)
+    p_qrow = (
+        (i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g * stride_q_g)
+        + t_i * stride_q_t
+        + r_i * stride_q_r
+    )
+    p_krow = (
+        (i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g * stride_k_g)
+        + t_i * stride_k_t
+        + r_i * stride_k_r
+    )
+    x_ang = (
+        i_b.to(tl.int64) * stride_angles_b
+        + tl.cast(t0, tl.int64) * stride_angles_t
+        + i_h * stride_angles_h
+    ) + t_i * stride_angles_t
+    x_v = (
+        i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t + i_h * stride_v_h
+    ) + t_i * stride_v_t
+    x_dout = (
+        i_b.to(tl.int64) * stride_dout_b
+        + tl.cast(t0, tl.int64) * stride_dout_t
+        + i_h * stride_dout_h
+    ) + t_i * stride_dout_t
+    x_z = (
+        i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t + i_h * stride_z_h
+    ) + t_i * stride_z_t
     p_xt = (i_b * S + tok_t).to(tl.int64) * H + i_h  # [C]
     p_bias = (i_h * R + o_r) * N
     p_psi = (i_h * R + o_r)[:, None] * P
@@ -364,8 +506,28 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
     p_seg = ((bh * NC + i_c) * C + t_i[:, None]) * C + t_i[None, :]
     if PART == 0:
         # M = dY PsiV^T [L, L], and the chunk's share of dd
-        b_m, sum_d = (_scores_m(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok, p_psi,
-            m_rr, o_bp, P, C, BP, HAS_Z, HAS_D, MIN_DOT, DOT_PRECISION))
+        b_m, sum_d = _scores_m(
+            v,
+            dout,
+            z,
+            mimo_v,
+            mimo_o,
+            mimo_z,
+            x_v,
+            x_dout,
+            x_z,
+            m_tok,
+            p_psi,
+            m_rr,
+            o_bp,
+            P,
+            C,
+            BP,
+            HAS_Z,
+            HAS_D,
+            MIN_DOT,
+            DOT_PRECISION,
+        )
         if HAS_D:
             tl.store(part_d + bh * NC + i_c, sum_d)
 
@@ -374,14 +536,19 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
         for j in range(0, NJ):
             cols = j * BH + o_h
             m_col = cols < HALF
-            theta = (tl.load(angles + x_ang[:, None] + cols[None, :], mask=m_tok[:, None] & (cols <
-                NA)[None, :], other=0.0))
+            theta = tl.load(
+                angles + x_ang[:, None] + cols[None, :],
+                mask=m_tok[:, None] & (cols < NA)[None, :],
+                other=0.0,
+            )
             cos = tl.cos(theta)
             sin = tl.sin(theta)
-            _q_lo, _q_hi, bq_lo, bq_hi = (_halves(q, q_bias, p_qrow, m_row, p_bias, m_rr, cols,
-                m_col, cos, sin, C, HALF))
-            _k_lo, _k_hi, bk_lo, bk_hi = (_halves(k, k_bias, p_krow, m_row, p_bias, m_rr, cols,
-                m_col, cos, sin, C, HALF))
+            _q_lo, _q_hi, bq_lo, bq_hi = _halves(
+                q, q_bias, p_qrow, m_row, p_bias, m_rr, cols, m_col, cos, sin, C, HALF
+            )
+            _k_lo, _k_hi, bk_lo, bk_hi = _halves(
+                k, k_bias, p_krow, m_row, p_bias, m_rr, cols, m_col, cos, sin, C, HALF
+            )
             b_a += _mm(bq_lo, tl.trans(bk_lo), MIN_DOT, DOT_PRECISION)
             b_a += _mm(bq_hi, tl.trans(bk_hi), MIN_DOT, DOT_PRECISION)
 
@@ -390,10 +557,16 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
         b_e = tl.where(m_pair, tl.exp(tl.load(segsum + p_seg, mask=m_pair, other=0.0)), 0.0)
         b_w = b_e * b_ts[None, :]
         b_am = tl.where(m_pair, b_a * b_m, 0.0)
-        qk_rows = tl.load(qk_dot + (p_tok * R + r_i)[:, None] * R + o_r[None, :],
-                          mask=m_row[:, None] & (o_r < R)[None, :], other=0.0).to(tl.float32)
-        b_qk = (tl.where(m_same, tl.reshape(tl.broadcast_to(tl.reshape(qk_rows, [L, 1, BR]), [L, C,
-            BR]), [L, L]), 0.0))
+        qk_rows = tl.load(
+            qk_dot + (p_tok * R + r_i)[:, None] * R + o_r[None, :],
+            mask=m_row[:, None] & (o_r < R)[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        b_qk = tl.where(
+            m_same,
+            tl.reshape(tl.broadcast_to(tl.reshape(qk_rows, [L, 1, BR]), [L, C, BR]), [L, L]),
+            0.0,
+        )
         am_t = _tok_rows(_tok_cols(b_am, C, BR), C, BR)
         p_ss = ((bh * NC + i_c) * C + o_t[None, :]) * C + o_t[:, None]  # stored [key, query]
         tl.store(dssda + p_ss, (am_t * ts_t[None, :]).to(dssda.dtype.element_ty))
@@ -411,26 +584,61 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
             for j in range(0, NJ):
                 cols = j * BH + o_h
                 m_col = cols < HALF
-                theta = tl.load(angles + x_ang[:, None] + cols[None, :],
-                                mask=m_tok[:, None] & (cols < NA)[None, :], other=0.0)
-                _k_lo, _k_hi, bk_lo, bk_hi = (_halves(k, k_bias, p_krow, m_row, p_bias, m_rr, cols,
-                    m_col, tl.cos(theta), tl.sin(theta), C, HALF))
+                theta = tl.load(
+                    angles + x_ang[:, None] + cols[None, :],
+                    mask=m_tok[:, None] & (cols < NA)[None, :],
+                    other=0.0,
+                )
+                _k_lo, _k_hi, bk_lo, bk_hi = _halves(
+                    k,
+                    k_bias,
+                    p_krow,
+                    m_row,
+                    p_bias,
+                    m_rr,
+                    cols,
+                    m_col,
+                    tl.cos(theta),
+                    tl.sin(theta),
+                    C,
+                    HALF,
+                )
                 p_ds = p_st + cols[:, None] * P + o_p[None, :]
                 ds_lo = tl.load(ds_scr + p_ds, mask=m_col[:, None], other=0.0)
                 ds_hi = tl.load(ds_scr + p_ds + HALF * P, mask=m_col[:, None], other=0.0)
-                kds += _mm(bk_lo, ds_lo, MIN_DOT, DOT_PRECISION) + _mm(bk_hi, ds_hi, MIN_DOT,
-                    DOT_PRECISION)
+                kds += _mm(bk_lo, ds_lo, MIN_DOT, DOT_PRECISION) + _mm(
+                    bk_hi, ds_hi, MIN_DOT, DOT_PRECISION
+                )
             # the step's P columns loaded after K dS: not held through its loop
-            b_v, psi, pv, dy = (_pv_dy(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok,
-                p_psi, m_rr, o_p, P, C, HAS_Z))
+            b_v, psi, pv, dy = _pv_dy(
+                v,
+                dout,
+                z,
+                mimo_v,
+                mimo_o,
+                mimo_z,
+                x_v,
+                x_dout,
+                x_z,
+                m_tok,
+                p_psi,
+                m_rr,
+                o_p,
+                P,
+                C,
+                HAS_Z,
+            )
             kds_t += tl.sum(_tok_rows(kds * pv, C, BR), axis=1)
             dpv = b_wk[:, None] * kds + _mm(tl.trans(b_y), dy, MIN_DOT, DOT_PRECISION)
             if HAS_D:
                 dpv += b_d * dy
             p_mv = ((bh * NC + i_c) * R + o_r[:, None]) * P + o_p[None, :]
             tl.store(part_mv + p_mv, tl.sum(tl.reshape(dpv * b_v, [C, BR, BP]), axis=0), mask=m_rr)
-            tl.store(dv + p_xt[:, None] * P + o_p[None, :], _tok_rows(dpv * psi, C, BR).to(dv.dtype.
-                element_ty), mask=m_t[:, None])
+            tl.store(
+                dv + p_xt[:, None] * P + o_p[None, :],
+                _tok_rows(dpv * psi, C, BR).to(dv.dtype.element_ty),
+                mask=m_t[:, None],
+            )
         tl.store(dfactor + p_t, (erev_t * kds_t + eam_t).to(dfactor.dtype.element_ty), mask=m_t)
         tl.store(dda_cs_rev + p_t, (ts_t * kds_t).to(dda_cs_rev.dtype.element_ty), mask=m_t)
     else:
@@ -439,10 +647,32 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
         # same-token pairs: those pairs share their angles, so the rotation takes q~, k~ there to Q,
         # K,
         # and their terms in dtheta cancel between dQ and dK. M and W formed again (PART 0's)
-        b_m, _sum_d = (_scores_m(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z, m_tok, p_psi,
-            m_rr, o_bp, P, C, BP, HAS_Z, False, MIN_DOT, DOT_PRECISION))
-        b_w = (tl.where(m_pair, tl.exp(tl.load(segsum + p_seg, mask=m_pair, other=0.0)), 0.0) * b_ts
-            [None, :])
+        b_m, _sum_d = _scores_m(
+            v,
+            dout,
+            z,
+            mimo_v,
+            mimo_o,
+            mimo_z,
+            x_v,
+            x_dout,
+            x_z,
+            m_tok,
+            p_psi,
+            m_rr,
+            o_bp,
+            P,
+            C,
+            BP,
+            HAS_Z,
+            False,
+            MIN_DOT,
+            DOT_PRECISION,
+        )
+        b_w = (
+            tl.where(m_pair, tl.exp(tl.load(segsum + p_seg, mask=m_pair, other=0.0)), 0.0)
+            * b_ts[None, :]
+        )
         b_wm = b_w * b_m + tl.where(m_same, b_m, 0.0) * b_gamma[:, None]
 
         # by N blocks: dY S^T and PsiV dS^T (P blocks within), then dQ, dK and dtheta of the block
@@ -458,8 +688,24 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
             pds_hi = tl.zeros([L, BH], dtype=tl.float32)
             for i_p in range(0, P // BP):
                 o_p = i_p * BP + o_bp
-                _v, _psi, pv, dy = (_pv_dy(v, dout, z, mimo_v, mimo_o, mimo_z, x_v, x_dout, x_z,
-                    m_tok, p_psi, m_rr, o_p, P, C, HAS_Z))
+                _v, _psi, pv, dy = _pv_dy(
+                    v,
+                    dout,
+                    z,
+                    mimo_v,
+                    mimo_o,
+                    mimo_z,
+                    x_v,
+                    x_dout,
+                    x_z,
+                    m_tok,
+                    p_psi,
+                    m_rr,
+                    o_p,
+                    P,
+                    C,
+                    HAS_Z,
+                )
                 p_blk = p_st + cols[:, None] * P + o_p[None, :]
                 m_blk = m_col[:, None]
                 s_lo = tl.load(states + p_blk, mask=m_blk, other=0.0).to(tl.float32)
@@ -472,17 +718,21 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
                 pds_hi += _mm(pv, tl.trans(ds_hi), MIN_DOT, DOT_PRECISION)
                 sds += tl.sum(s_lo * ds_lo + s_hi * ds_hi, axis=1)
             # the block's rotated rows formed after the P loop: not held through it
-            theta = (tl.load(angles + x_ang[:, None] + cols[None, :], mask=m_tok[:, None] & m_ang,
-                other=0.0))
+            theta = tl.load(
+                angles + x_ang[:, None] + cols[None, :], mask=m_tok[:, None] & m_ang, other=0.0
+            )
             cos = tl.cos(theta)
             sin = tl.sin(theta)
-            _q_lo, _q_hi, bq_lo, bq_hi = (_halves(q, q_bias, p_qrow, m_row, p_bias, m_rr, cols,
-                m_col, cos, sin, C, HALF))
-            _k_lo, _k_hi, bk_lo, bk_hi = (_halves(k, k_bias, p_krow, m_row, p_bias, m_rr, cols,
-                m_col, cos, sin, C, HALF))
+            _q_lo, _q_hi, bq_lo, bq_hi = _halves(
+                q, q_bias, p_qrow, m_row, p_bias, m_rr, cols, m_col, cos, sin, C, HALF
+            )
+            _k_lo, _k_hi, bk_lo, bk_hi = _halves(
+                k, k_bias, p_krow, m_row, p_bias, m_rr, cols, m_col, cos, sin, C, HALF
+            )
             cs_t += tl.sum(_tok_rows(bq_lo * sdy_lo + bq_hi * sdy_hi, C, BR), axis=1)
-            p_out = ((((i_b * S + tok).to(tl.int64) * R + r_i) * H + i_h)[:, None] * N + cols[None,
-                :])
+            p_out = (((i_b * S + tok).to(tl.int64) * R + r_i) * H + i_h)[:, None] * N + cols[
+                None, :
+            ]
             m_out = m_row[:, None] & m_col[None, :]
             # dQ, its share of dtheta (dX_hi X_lo - dX_lo X_hi, summed over the ranks of Q and of K)
             # and
@@ -491,20 +741,26 @@ def mamba3_mimo_bwd_bwd_chunk_kernel(
             dq_hi = _mm(b_wm, bk_hi, MIN_DOT, DOT_PRECISION) + e_cs[:, None] * sdy_hi
             dth = dq_hi * bq_lo - dq_lo * bq_hi
             tl.store(dq + p_out, (cos * dq_lo + sin * dq_hi).to(dq.dtype.element_ty), mask=m_out)
-            tl.store(dq + p_out + HALF, (cos * dq_hi - sin * dq_lo).to(dq.dtype.element_ty),
-                mask=m_out)
+            tl.store(
+                dq + p_out + HALF, (cos * dq_hi - sin * dq_lo).to(dq.dtype.element_ty), mask=m_out
+            )
             dk_lo = _mm(tl.trans(b_wm), bq_lo, MIN_DOT, DOT_PRECISION) + b_wk[:, None] * pds_lo
             dk_hi = _mm(tl.trans(b_wm), bq_hi, MIN_DOT, DOT_PRECISION) + b_wk[:, None] * pds_hi
             dth += dk_hi * bk_lo - dk_lo * bk_hi
-            tl.store(dangles + p_xt[:, None] * NA + cols[None, :], _tok_rows(dth, C, BR).to(dangles.
-                dtype.element_ty), mask=m_t[:, None] & m_ang)
+            tl.store(
+                dangles + p_xt[:, None] * NA + cols[None, :],
+                _tok_rows(dth, C, BR).to(dangles.dtype.element_ty),
+                mask=m_t[:, None] & m_ang,
+            )
             tl.store(dk + p_out, (cos * dk_lo + sin * dk_hi).to(dk.dtype.element_ty), mask=m_out)
-            tl.store(dk + p_out + HALF, (cos * dk_hi - sin * dk_lo).to(dk.dtype.element_ty),
-                mask=m_out)
+            tl.store(
+                dk + p_out + HALF, (cos * dk_hi - sin * dk_lo).to(dk.dtype.element_ty), mask=m_out
+            )
         tl.store(dda_cs + p_t, cs_t.to(dda_cs.dtype.element_ty), mask=m_t)
         b_dda = e_last * tl.sum(sds, axis=0)
-        tl.store(dda + p_t, (tl.zeros([C], dtype=tl.float32) + b_dda).to(dda.dtype.element_ty),
-            mask=m_t)
+        tl.store(
+            dda + p_t, (tl.zeros([C], dtype=tl.float32) + b_dda).to(dda.dtype.element_ty), mask=m_t
+        )
 
 
 @triton.jit(do_not_specialize=["NC"])
@@ -539,8 +795,11 @@ def mamba3_mimo_bwd_bwd_reduce_kernel(
         acc += tl.sum(tl.load(part_mv + p_part, mask=m_c[:, None, None] & m_rr, other=0.0), axis=0)
         if HAS_D:
             acc_d += tl.load(part_d + bh * NC + c0 + o_c, mask=m_c, other=0.0)
-    tl.store(dmimo_v + (bh * R + o_r[:, None]) * P + o_p[None, :], acc.to(dmimo_v.dtype.element_ty),
-             mask=(o_r < R)[:, None])
+    tl.store(
+        dmimo_v + (bh * R + o_r[:, None]) * P + o_p[None, :],
+        acc.to(dmimo_v.dtype.element_ty),
+        mask=(o_r < R)[:, None],
+    )
     if HAS_D:
         tl.store(dd + bh, tl.sum(acc_d, axis=0).to(dd.dtype.element_ty), mask=i_p == 0)
 
@@ -554,14 +813,19 @@ def _strides(**tensors):
         dims = "btrg" if name in ("q", "k") else "bth"
         if t is not None and t.stride(-1) != 1:
             raise ValueError(
-                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}")
-        out.update({f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims
-            )})
+                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}"
+            )
+        out.update(
+            {f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims)}
+        )
     return out
 
 
-KERNELS = ((mamba3_mimo_bwd_bwd_ds_kernel, mamba3_mimo_bwd_bwd_chunk_kernel,
-    mamba3_mimo_bwd_bwd_reduce_kernel))
+KERNELS = (
+    mamba3_mimo_bwd_bwd_ds_kernel,
+    mamba3_mimo_bwd_bwd_chunk_kernel,
+    mamba3_mimo_bwd_bwd_reduce_kernel,
+)
 LAUNCH_OPTIONS = ("multibuffer",)
 # Smallest dimension the backend's tl.dot accepts (NVIDIA and the CPU interpreter: 16; Ascend: any);
 # smaller products fall back to a broadcast multiply and sum.
@@ -576,9 +840,43 @@ def _min_dot() -> int:
     return 16 if type(KERNELS[0]).__name__ == "InterpretedFunction" else _MIN_DOT
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, states, qk_dot, mimo_z, d, z, dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda,
-    dssda, dda_cs_rev, dda_cs, dd, chunk_size, rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    dq,
+    dk,
+    dv,
+    dmimo_v,
+    dangles,
+    dfactor,
+    dgamma_diag,
+    dda,
+    dssda,
+    dda_cs_rev,
+    dda_cs,
+    dd,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -613,34 +911,181 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
     ds_scr = torch.empty((B, H, NC, N, P), dtype=torch.float32, device=dev)
     part_mv = torch.empty((B, H, NC, R, P), dtype=torch.float32, device=dev)
     part_d = torch.empty((B, H, NC), dtype=torch.float32, device=dev) if d is not None else None
-    shape = (dict(S=S, H=H, HG=H // G, R=R, BR=BR, G=G, N=N, NA=N // int(rotary_dim_divisor), P=P,
-        C=C))
+    shape = dict(
+        S=S, H=H, HG=H // G, R=R, BR=BR, G=G, N=N, NA=N // int(rotary_dim_divisor), P=P, C=C
+    )
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
     gate = dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z)
     reduce_p = min(P, _REDUCE_P)
     reduce_c = max(1, min(triton.next_power_of_2(NC), _REDUCE_TILE // (BR * reduce_p)))
     strides = _strides(dout=dout, q=q, k=k, v=v, angles=angles, z=gate["z"])
-    return ([(mamba3_mimo_bwd_bwd_ds_kernel, (N // ds_n, P // ds_p, B * H), dict(dout=dout, q=q,
-        q_bias=q_bias, mimo_o=mimo_o, angles=angles, da_cs=da_cs, ds_scr=ds_scr, BLOCK_N=ds_n,
-        BLOCK_P=ds_p, ** gate, ** shape, ** precision, ** _strides(dout=dout, q=q, angles=angles,
-        z=gate["z"])), options),] + [(mamba3_mimo_bwd_bwd_chunk_kernel, (NC, B * H), dict(dout=dout,
-        q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d,
-        angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum,
-        states=states, qk_dot=qk_dot, ds_scr=ds_scr, dq=dq, dk=dk, dv=dv, dangles=dangles,
-        dfactor=dfactor, dgamma_diag=dgamma_diag, dda=dda, dssda=dssda, dda_cs_rev=dda_cs_rev,
-        dda_cs=dda_cs, part_mv=part_mv, part_d=part_d, BLOCK_H=block_h, BLOCK_P=block_p, HAS_D=d is
-        not None, ** gate, ** shape, ** precision, PART=part, ** strides), chunk_options) for part
-        in (0, 1)] + [(mamba3_mimo_bwd_bwd_reduce_kernel, (P // reduce_p, B * H), dict(
-        part_mv=part_mv, part_d=part_d, dmimo_v=dmimo_v, dd=dd, NC=NC, R=R, BR=BR, P=P,
-        BLOCK_P=reduce_p, BLOCK_C=reduce_c, HAS_D=d is not None), options),])
+    return (
+        [
+            (
+                mamba3_mimo_bwd_bwd_ds_kernel,
+                (N // ds_n, P // ds_p, B * H),
+                dict(
+                    dout=dout,
+                    q=q,
+                    q_bias=q_bias,
+                    mimo_o=mimo_o,
+                    angles=angles,
+                    da_cs=da_cs,
+                    ds_scr=ds_scr,
+                    BLOCK_N=ds_n,
+                    BLOCK_P=ds_p,
+                    **gate,
+                    **shape,
+                    **precision,
+                    **_strides(dout=dout, q=q, angles=angles, z=gate["z"]),
+                ),
+                options,
+            )
+        ]
+        + [
+            (
+                mamba3_mimo_bwd_bwd_chunk_kernel,
+                (NC, B * H),
+                dict(
+                    dout=dout,
+                    q=q,
+                    k=k,
+                    v=v,
+                    q_bias=q_bias,
+                    k_bias=k_bias,
+                    mimo_v=mimo_v,
+                    mimo_o=mimo_o,
+                    d=d,
+                    angles=angles,
+                    da_cs=da_cs,
+                    da_cs_rev=da_cs_rev,
+                    dt=dt,
+                    trap=trap,
+                    segsum=segsum,
+                    states=states,
+                    qk_dot=qk_dot,
+                    ds_scr=ds_scr,
+                    dq=dq,
+                    dk=dk,
+                    dv=dv,
+                    dangles=dangles,
+                    dfactor=dfactor,
+                    dgamma_diag=dgamma_diag,
+                    dda=dda,
+                    dssda=dssda,
+                    dda_cs_rev=dda_cs_rev,
+                    dda_cs=dda_cs,
+                    part_mv=part_mv,
+                    part_d=part_d,
+                    BLOCK_H=block_h,
+                    BLOCK_P=block_p,
+                    HAS_D=d is not None,
+                    **gate,
+                    **shape,
+                    **precision,
+                    PART=part,
+                    **strides,
+                ),
+                chunk_options,
+            )
+            for part in (0, 1)
+        ]
+        + [
+            (
+                mamba3_mimo_bwd_bwd_reduce_kernel,
+                (P // reduce_p, B * H),
+                dict(
+                    part_mv=part_mv,
+                    part_d=part_d,
+                    dmimo_v=dmimo_v,
+                    dd=dd,
+                    NC=NC,
+                    R=R,
+                    BR=BR,
+                    P=P,
+                    BLOCK_P=reduce_p,
+                    BLOCK_C=reduce_c,
+                    HAS_D=d is not None,
+                ),
+                options,
+            )
+        ]
+    )
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, states, qk_dot, mimo_z, d, z, dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda,
-    dssda, dda_cs_rev, dda_cs, dd, chunk_size, rotary_dim_divisor, num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    dq,
+    dk,
+    dv,
+    dmimo_v,
+    dangles,
+    dfactor,
+    dgamma_diag,
+    dda,
+    dssda,
+    dda_cs_rev,
+    dda_cs,
+    dd,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches of ``kernel_calls`` in order."""
-    for kernel, grid, kwargs, options in kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o,
-        angles, da_cs, da_cs_rev, dt, trap, segsum, states, qk_dot, mimo_z, d, z, dq, dk, dv,
-        dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs, dd, chunk_size,
-        rotary_dim_divisor, num_programs, point):
+    for kernel, grid, kwargs, options in kernel_calls(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        states,
+        qk_dot,
+        mimo_z,
+        d,
+        z,
+        dq,
+        dk,
+        dv,
+        dmimo_v,
+        dangles,
+        dfactor,
+        dgamma_diag,
+        dda,
+        dssda,
+        dda_cs_rev,
+        dda_cs,
+        dd,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    ):
         kernel[grid](**kwargs, **options)

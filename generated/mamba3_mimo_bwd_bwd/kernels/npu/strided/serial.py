@@ -15,6 +15,7 @@ outputs are contiguous. It has no tuning records: it runs the point chosen for t
 module of serial.
 
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -28,8 +29,9 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         # a fresh left operand: tl.dot may overwrite its left input on Ascend
         return tl.dot(a + 0.0, b, input_precision=PRECISION)
     else:
-        prod = (tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1
-            ]]))
+        prod = tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(
+            b, [1, b.shape[0], b.shape[1]]
+        )
         return tl.sum(prod, axis=1)
 
 
@@ -49,8 +51,10 @@ def _tok_cols(x, C: tl.constexpr, BR: tl.constexpr):
 def _spread(x, C: tl.constexpr):
     """[BR, X] per-rank rows -> [C * BR, X], repeated for each of C tokens (a load with a row
     stride of 0 at BR = 1 is refused by the Ascend front end, a broadcast is not)."""
-    return (tl.reshape(tl.broadcast_to(tl.reshape(x, [1, x.shape[0], x.shape[1]]), [C, x.shape[0], x
-        .shape[1]]), [C * x.shape[0], x.shape[1]]))
+    return tl.reshape(
+        tl.broadcast_to(tl.reshape(x, [1, x.shape[0], x.shape[1]]), [C, x.shape[0], x.shape[1]]),
+        [C * x.shape[0], x.shape[1]],
+    )
 
 
 @triton.jit
@@ -59,10 +63,12 @@ def _coefficients(dt, trap, p, tok, S):
     past S) at offsets p of tokens tok; 0 for tokens past S."""
     m = tok < S
     m_next = tok + 1 < S
-    b_gamma = (tl.load(dt + p, mask=m, other=0.0) * tl.sigmoid(tl.load(trap + p, mask=m, other=0.0).
-        to(tl.float32)))
+    b_gamma = tl.load(dt + p, mask=m, other=0.0) * tl.sigmoid(
+        tl.load(trap + p, mask=m, other=0.0).to(tl.float32)
+    )
     b_next = tl.load(dt + p + 1, mask=m_next, other=0.0) * tl.sigmoid(
-        -tl.load(trap + p + 1, mask=m_next, other=0.0).to(tl.float32))
+        -tl.load(trap + p + 1, mask=m_next, other=0.0).to(tl.float32)
+    )
     return b_gamma, b_gamma + b_next
 
 
@@ -186,17 +192,34 @@ def mamba3_mimo_bwd_bwd_serial_kernel(
         m_t = tok_t < S
 
         # rotated queries and keys, halves [L, HALF] (q~, k~: biased, before the rotation)
-        p_qk = (((i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g *
-            stride_q_g) + t_i * stride_q_t + r_i * stride_q_r)[:, None] + o_h[None, :])
-        p_kk = (((i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g *
-            stride_k_g) + t_i * stride_k_t + r_i * stride_k_r)[:, None] + o_h[None, :])
+        p_qk = (
+            (i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g * stride_q_g)
+            + t_i * stride_q_t
+            + r_i * stride_q_r
+        )[:, None] + o_h[None, :]
+        p_kk = (
+            (i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g * stride_k_g)
+            + t_i * stride_k_t
+            + r_i * stride_k_r
+        )[:, None] + o_h[None, :]
         q_lo = tl.load(q + p_qk, mask=m_row[:, None], other=0.0).to(tl.float32) + qb_lo
         q_hi = tl.load(q + p_qk + HALF, mask=m_row[:, None], other=0.0).to(tl.float32) + qb_hi
         k_lo = tl.load(k + p_kk, mask=m_row[:, None], other=0.0).to(tl.float32) + kb_lo
         k_hi = tl.load(k + p_kk + HALF, mask=m_row[:, None], other=0.0).to(tl.float32) + kb_hi
-        theta = (tl.load(angles + ((i_b.to(tl.int64) * stride_angles_b + tl.cast(t0, tl.int64) *
-            stride_angles_t + i_h * stride_angles_h) + t_i * stride_angles_t)[:, None] + o_h[None, :
-            ], mask=m_tok[:, None] & m_rot[None, :], other=0.0))
+        theta = tl.load(
+            angles
+            + (
+                (
+                    i_b.to(tl.int64) * stride_angles_b
+                    + tl.cast(t0, tl.int64) * stride_angles_t
+                    + i_h * stride_angles_h
+                )
+                + t_i * stride_angles_t
+            )[:, None]
+            + o_h[None, :],
+            mask=m_tok[:, None] & m_rot[None, :],
+            other=0.0,
+        )
         cos = tl.cos(theta)
         sin = tl.sin(theta)
         bq_lo = cos * q_lo - sin * q_hi
@@ -208,25 +231,65 @@ def mamba3_mimo_bwd_bwd_serial_kernel(
         p_tok = bh * S + tok
         b_gamma, b_ts = _coefficients(dt, trap, p_tok, tok, S)
         e_cs = tl.exp(tl.load(da_cs + p_tok, mask=m_tok, other=0.0))
-        # key weight of the update
-        b_wk = tl.exp(tl.load(da_cs_rev + p_tok, mask=m_tok, other=0.0)) * b_ts
+        b_wk = (
+            tl.exp(tl.load(da_cs_rev + p_tok, mask=m_tok, other=0.0)) * b_ts
+        )  # key weight of the update
         p_t = bh * S + tok_t
         _gamma_t, ts_t = _coefficients(dt, trap, p_t, tok_t, S)
         erev_t = tl.exp(tl.load(da_cs_rev + p_t, mask=m_t, other=0.0))
         e_last = tl.exp(tl.load(da_cs + bh * S + tl.minimum(t0 + C, S) - 1))
 
         # PsiV and dY [L, P]: dY = dout Phi (SiLU(z Zeta) with the Z gate)
-        b_v = (tl.load(v + ((i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t +
-            i_h * stride_v_h) + t_i * stride_v_t)[:, None] + o_p[None, :], mask=m_tok[:, None],
-            other=0.0).to(tl.float32))
+        b_v = tl.load(
+            v
+            + (
+                (
+                    i_b.to(tl.int64) * stride_v_b
+                    + tl.cast(t0, tl.int64) * stride_v_t
+                    + i_h * stride_v_h
+                )
+                + t_i * stride_v_t
+            )[:, None]
+            + o_p[None, :],
+            mask=m_tok[:, None],
+            other=0.0,
+        ).to(tl.float32)
         pv = b_v * psi
-        dy = (tl.load(dout + ((i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) *
-            stride_dout_t + i_h * stride_dout_h) + t_i * stride_dout_t)[:, None] + o_p[None, :],
-            mask=m_tok[:, None], other=0.0).to(tl.float32) * phi)
+        dy = (
+            tl.load(
+                dout
+                + (
+                    (
+                        i_b.to(tl.int64) * stride_dout_b
+                        + tl.cast(t0, tl.int64) * stride_dout_t
+                        + i_h * stride_dout_h
+                    )
+                    + t_i * stride_dout_t
+                )[:, None]
+                + o_p[None, :],
+                mask=m_tok[:, None],
+                other=0.0,
+            ).to(tl.float32)
+            * phi
+        )
         if HAS_Z:
-            u = (tl.load(z + ((i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t +
-                i_h * stride_z_h) + t_i * stride_z_t)[:, None] + o_p[None, :], mask=m_tok[:, None],
-                other=0.0).to(tl.float32) * zeta)
+            u = (
+                tl.load(
+                    z
+                    + (
+                        (
+                            i_b.to(tl.int64) * stride_z_b
+                            + tl.cast(t0, tl.int64) * stride_z_t
+                            + i_h * stride_z_h
+                        )
+                        + t_i * stride_z_t
+                    )[:, None]
+                    + o_p[None, :],
+                    mask=m_tok[:, None],
+                    other=0.0,
+                ).to(tl.float32)
+                * zeta
+            )
             dy = dy * (u * tl.sigmoid(u))
 
         # the state entering the chunk, halves [HALF, P]
@@ -235,28 +298,37 @@ def mamba3_mimo_bwd_bwd_serial_kernel(
         s_hi = tl.load(states + p_s + HALF * P).to(tl.float32)
 
         # scores A = Q K^T, M = dY PsiV^T and the weights exp(segsum) trap_scale [L, L]
-        b_a = (_mm(bq_lo, tl.trans(bk_lo), MIN_DOT, DOT_PRECISION) + _mm(bq_hi, tl.trans(bk_hi),
-            MIN_DOT, DOT_PRECISION))
+        b_a = _mm(bq_lo, tl.trans(bk_lo), MIN_DOT, DOT_PRECISION) + _mm(
+            bq_hi, tl.trans(bk_hi), MIN_DOT, DOT_PRECISION
+        )
         b_m = _mm(dy, tl.trans(pv), MIN_DOT, DOT_PRECISION)
         m_pair = m_before & m_tok[:, None]
-        seg = (tl.load(segsum + ((bh * NC + i_c) * C + t_i[:, None]) * C + t_i[None, :],
-            mask=m_pair, other=0.0))
+        seg = tl.load(
+            segsum + ((bh * NC + i_c) * C + t_i[:, None]) * C + t_i[None, :], mask=m_pair, other=0.0
+        )
         b_e = tl.where(m_pair, tl.exp(seg), 0.0)
         b_w = b_e * b_ts[None, :]
         b_am = tl.where(m_pair, b_a * b_m, 0.0)
         # qk_dot[t, r, s] of the same-token pairs: the rows' [L, BR] spread over the columns' tokens
-        qk_rows = tl.load(qk_dot + (p_tok * R + r_i)[:, None] * R + o_r[None, :],
-                          mask=m_row[:, None] & (o_r < R)[None, :], other=0.0).to(tl.float32)
-        b_qk = (tl.where(m_same, tl.reshape(tl.broadcast_to(tl.reshape(qk_rows, [L, 1, BR]), [L, C,
-            BR]), [L, L]), 0.0))
+        qk_rows = tl.load(
+            qk_dot + (p_tok * R + r_i)[:, None] * R + o_r[None, :],
+            mask=m_row[:, None] & (o_r < R)[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        b_qk = tl.where(
+            m_same,
+            tl.reshape(tl.broadcast_to(tl.reshape(qk_rows, [L, 1, BR]), [L, C, BR]), [L, L]),
+            0.0,
+        )
         b_md = tl.where(m_same, b_m, 0.0)  # the same-token block of M
 
         # the decay and trapezoid gradients [C] (dssda [C, C])
         am_t = _tok_rows(_tok_cols(b_am, C, BR), C, BR)  # [query token, key token]
         p_ss = ((bh * NC + i_c) * C + o_t[None, :]) * C + o_t[:, None]  # stored [key, query]
         tl.store(dssda + p_ss, (am_t * ts_t[None, :]).to(dssda.dtype.element_ty))
-        # K dS [L, P]
-        kds = _mm(bk_lo, ds_lo, MIN_DOT, DOT_PRECISION) + _mm(bk_hi, ds_hi, MIN_DOT, DOT_PRECISION)
+        kds = _mm(bk_lo, ds_lo, MIN_DOT, DOT_PRECISION) + _mm(
+            bk_hi, ds_hi, MIN_DOT, DOT_PRECISION
+        )  # K dS [L, P]
         kds_t = tl.sum(_tok_rows(kds * pv, C, BR), axis=1)
         eam_t = tl.sum(_tok_cols(b_e * b_am, C, BR), axis=0)
         tl.store(dfactor + p_t, (erev_t * kds_t + eam_t).to(dfactor.dtype.element_ty), mask=m_t)
@@ -268,8 +340,9 @@ def mamba3_mimo_bwd_bwd_serial_kernel(
         cs_t = tl.sum(_tok_rows(bq_lo * sdy_lo + bq_hi * sdy_hi, C, BR), axis=1)
         tl.store(dda_cs + p_t, cs_t.to(dda_cs.dtype.element_ty), mask=m_t)
         b_dda = e_last * (tl.sum(s_lo * ds_lo) + tl.sum(s_hi * ds_hi))
-        tl.store(dda + p_t, (tl.zeros([C], dtype=tl.float32) + b_dda).to(dda.dtype.element_ty),
-            mask=m_t)
+        tl.store(
+            dda + p_t, (tl.zeros([C], dtype=tl.float32) + b_dda).to(dda.dtype.element_ty), mask=m_t
+        )
 
         # dPsiV [L, P]: the state update, the intra-chunk scores, the same-step term, the D skip
         b_wa = b_w * b_a
@@ -287,38 +360,58 @@ def mamba3_mimo_bwd_bwd_serial_kernel(
         # dQ, dK of the rotated rows, halves [L, HALF]
         dq_lo = _mm(b_wm, bk_lo, MIN_DOT, DOT_PRECISION) + e_cs[:, None] * sdy_lo
         dq_hi = _mm(b_wm, bk_hi, MIN_DOT, DOT_PRECISION) + e_cs[:, None] * sdy_hi
-        dk_lo = _mm(tl.trans(b_wm), bq_lo, MIN_DOT, DOT_PRECISION) \
-            + b_wk[:, None] * _mm(pv, tl.trans(ds_lo), MIN_DOT, DOT_PRECISION)
-        dk_hi = _mm(tl.trans(b_wm), bq_hi, MIN_DOT, DOT_PRECISION) \
-            + b_wk[:, None] * _mm(pv, tl.trans(ds_hi), MIN_DOT, DOT_PRECISION)
+        dk_lo = _mm(tl.trans(b_wm), bq_lo, MIN_DOT, DOT_PRECISION) + b_wk[:, None] * _mm(
+            pv, tl.trans(ds_lo), MIN_DOT, DOT_PRECISION
+        )
+        dk_hi = _mm(tl.trans(b_wm), bq_hi, MIN_DOT, DOT_PRECISION) + b_wk[:, None] * _mm(
+            pv, tl.trans(ds_hi), MIN_DOT, DOT_PRECISION
+        )
         # dtheta = sum over ranks, of Q and of K: dX_hi X_lo - dX_lo X_hi
         dth = dq_hi * bq_lo - dq_lo * bq_hi + dk_hi * bk_lo - dk_lo * bk_hi
         p_ang = ((i_b * S + tok_t).to(tl.int64) * H + i_h)[:, None] * NA + o_h[None, :]
-        tl.store(dangles + p_ang, _tok_rows(dth, C, BR).to(dangles.dtype.element_ty),
-                 mask=m_t[:, None] & m_rot[None, :])
+        tl.store(
+            dangles + p_ang,
+            _tok_rows(dth, C, BR).to(dangles.dtype.element_ty),
+            mask=m_t[:, None] & m_rot[None, :],
+        )
         # back through the rotation, plus the same-step term gamma sum_s M[t,r,t,s] k~[t,s]
         p_out = (((i_b * S + tok).to(tl.int64) * R + r_i) * H + i_h)[:, None] * N + o_h[None, :]
         m_out = m_row[:, None]
         g_q_lo = _mm(b_md, k_lo, MIN_DOT, DOT_PRECISION)
         g_q_hi = _mm(b_md, k_hi, MIN_DOT, DOT_PRECISION)
-        tl.store(dq + p_out, (cos * dq_lo + sin * dq_hi + b_gamma[:, None] * g_q_lo).to(dq.dtype.
-            element_ty), mask=m_out)
-        tl.store(dq + p_out + HALF, (cos * dq_hi - sin * dq_lo + b_gamma[:, None] * g_q_hi).to(dq.
-            dtype.element_ty), mask=m_out)
+        tl.store(
+            dq + p_out,
+            (cos * dq_lo + sin * dq_hi + b_gamma[:, None] * g_q_lo).to(dq.dtype.element_ty),
+            mask=m_out,
+        )
+        tl.store(
+            dq + p_out + HALF,
+            (cos * dq_hi - sin * dq_lo + b_gamma[:, None] * g_q_hi).to(dq.dtype.element_ty),
+            mask=m_out,
+        )
         g_k_lo = _mm(tl.trans(b_md), q_lo, MIN_DOT, DOT_PRECISION)
         g_k_hi = _mm(tl.trans(b_md), q_hi, MIN_DOT, DOT_PRECISION)
-        tl.store(dk + p_out, (cos * dk_lo + sin * dk_hi + b_gamma[:, None] * g_k_lo).to(dk.dtype.
-            element_ty), mask=m_out)
-        tl.store(dk + p_out + HALF, (cos * dk_hi - sin * dk_lo + b_gamma[:, None] * g_k_hi).to(dk.
-            dtype.element_ty), mask=m_out)
+        tl.store(
+            dk + p_out,
+            (cos * dk_lo + sin * dk_hi + b_gamma[:, None] * g_k_lo).to(dk.dtype.element_ty),
+            mask=m_out,
+        )
+        tl.store(
+            dk + p_out + HALF,
+            (cos * dk_hi - sin * dk_lo + b_gamma[:, None] * g_k_hi).to(dk.dtype.element_ty),
+            mask=m_out,
+        )
 
         # dS of the state entering this chunk: exp(da_cs[last]) dS + sum_t exp(da_cs[t]) Q^T dY
         ds_lo = e_last * ds_lo + _mm(tl.trans(bq_lo * e_cs[:, None]), dy, MIN_DOT, DOT_PRECISION)
         ds_hi = e_last * ds_hi + _mm(tl.trans(bq_hi * e_cs[:, None]), dy, MIN_DOT, DOT_PRECISION)
 
     p_mv = (bh * R + o_r[:, None]) * P + o_p[None, :]
-    tl.store(dmimo_v + p_mv, tl.sum(tl.reshape(acc_mv, [C, BR, P]), axis=0).to(dmimo_v.dtype.
-        element_ty), mask=(o_r < R)[:, None])
+    tl.store(
+        dmimo_v + p_mv,
+        tl.sum(tl.reshape(acc_mv, [C, BR, P]), axis=0).to(dmimo_v.dtype.element_ty),
+        mask=(o_r < R)[:, None],
+    )
     if HAS_D:
         tl.store(dd + bh, tl.sum(tl.sum(acc_d, axis=1), axis=0).to(dd.dtype.element_ty))
 
@@ -332,9 +425,11 @@ def _strides(**tensors):
         dims = "btrg" if name in ("q", "k") else "bth"
         if t is not None and t.stride(-1) != 1:
             raise ValueError(
-                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}")
-        out.update({f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims
-            )})
+                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}"
+            )
+        out.update(
+            {f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims)}
+        )
     return out
 
 
@@ -350,9 +445,43 @@ def _min_dot() -> int:
     return 16 if type(KERNELS[0]).__name__ == "InterpretedFunction" else _MIN_DOT
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, states, qk_dot, mimo_z, d, z, dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda,
-    dssda, dda_cs_rev, dda_cs, dd, chunk_size, rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    dq,
+    dk,
+    dv,
+    dmimo_v,
+    dangles,
+    dfactor,
+    dgamma_diag,
+    dda,
+    dssda,
+    dda_cs_rev,
+    dda_cs,
+    dd,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -368,24 +497,136 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
     H, P = v.shape[2], v.shape[3]
     has_z = mimo_z is not None and z is not None
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
-    return ([(mamba3_mimo_bwd_bwd_serial_kernel, (B * H,), dict(dout=dout, q=q, k=k, v=v,
-        q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, mimo_z=mimo_z if has_z else
-        None, d=d, z=z if has_z else None, angles=angles, da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt,
-        trap=trap, segsum=segsum, states=states, qk_dot=qk_dot, dq=dq, dk=dk, dv=dv,
-        dmimo_v=dmimo_v, dangles=dangles, dfactor=dfactor, dgamma_diag=dgamma_diag, dda=dda,
-        dssda=dssda, dda_cs_rev=dda_cs_rev, dda_cs=dda_cs, dd=dd, S=S, H=H, HG=H // G, R=R,
-        BR=triton.next_power_of_2(R), G=G, N=N, NA=N // int(rotary_dim_divisor), P=P, C=int(
-        chunk_size), HAS_Z=has_z, HAS_D=d is not None, MIN_DOT=_min_dot(), DOT_PRECISION=point.get(
-        "DOT_PRECISION", "ieee"), ** _strides(dout=dout, q=q, k=k, v=v, angles=angles, z=z if has_z
-        else None)), options)])
+    return [
+        (
+            mamba3_mimo_bwd_bwd_serial_kernel,
+            (B * H,),
+            dict(
+                dout=dout,
+                q=q,
+                k=k,
+                v=v,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                mimo_z=mimo_z if has_z else None,
+                d=d,
+                z=z if has_z else None,
+                angles=angles,
+                da_cs=da_cs,
+                da_cs_rev=da_cs_rev,
+                dt=dt,
+                trap=trap,
+                segsum=segsum,
+                states=states,
+                qk_dot=qk_dot,
+                dq=dq,
+                dk=dk,
+                dv=dv,
+                dmimo_v=dmimo_v,
+                dangles=dangles,
+                dfactor=dfactor,
+                dgamma_diag=dgamma_diag,
+                dda=dda,
+                dssda=dssda,
+                dda_cs_rev=dda_cs_rev,
+                dda_cs=dda_cs,
+                dd=dd,
+                S=S,
+                H=H,
+                HG=H // G,
+                R=R,
+                BR=triton.next_power_of_2(R),
+                G=G,
+                N=N,
+                NA=N // int(rotary_dim_divisor),
+                P=P,
+                C=int(chunk_size),
+                HAS_Z=has_z,
+                HAS_D=d is not None,
+                MIN_DOT=_min_dot(),
+                DOT_PRECISION=point.get("DOT_PRECISION", "ieee"),
+                **_strides(dout=dout, q=q, k=k, v=v, angles=angles, z=z if has_z else None),
+            ),
+            options,
+        )
+    ]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, states, qk_dot, mimo_z, d, z, dq, dk, dv, dmimo_v, dangles, dfactor, dgamma_diag, dda,
-    dssda, dda_cs_rev, dda_cs, dd, chunk_size, rotary_dim_divisor, num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    states,
+    qk_dot,
+    mimo_z,
+    d,
+    z,
+    dq,
+    dk,
+    dv,
+    dmimo_v,
+    dangles,
+    dfactor,
+    dgamma_diag,
+    dda,
+    dssda,
+    dda_cs_rev,
+    dda_cs,
+    dd,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches of ``kernel_calls`` in order."""
-    for kernel, grid, kwargs, options in kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o,
-        angles, da_cs, da_cs_rev, dt, trap, segsum, states, qk_dot, mimo_z, d, z, dq, dk, dv,
-        dmimo_v, dangles, dfactor, dgamma_diag, dda, dssda, dda_cs_rev, dda_cs, dd, chunk_size,
-        rotary_dim_divisor, num_programs, point):
+    for kernel, grid, kwargs, options in kernel_calls(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        states,
+        qk_dot,
+        mimo_z,
+        d,
+        z,
+        dq,
+        dk,
+        dv,
+        dmimo_v,
+        dangles,
+        dfactor,
+        dgamma_diag,
+        dda,
+        dssda,
+        dda_cs_rev,
+        dda_cs,
+        dd,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    ):
         kernel[grid](**kwargs, **options)

@@ -20,6 +20,7 @@ inputs and the outputs are contiguous. It has no tuning records: it runs the poi
 contiguous module of fold_static_separate.
 
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -35,13 +36,22 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         if PRECISION == "tf32x3_split":
             a_hi, a_lo = _parts(a, PRECISION)
             b_hi, b_lo = _parts(b, PRECISION)
-            return (_dot(a_hi, a_lo, b_hi, b_lo, tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32
-                ), MIN_DOT, PRECISION))
+            return _dot(
+                a_hi,
+                a_lo,
+                b_hi,
+                b_lo,
+                tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32),
+                MIN_DOT,
+                PRECISION,
+            )
         else:
             return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
-            shape[1]]), axis=1))
+        return tl.sum(
+            tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]),
+            axis=1,
+        )
 
 
 @triton.jit
@@ -101,8 +111,9 @@ def _dsilu(zt, zeta, u, sig):
     plain = sig * (1.0 + u * (1.0 - sig))
     z_hi, z_lo = _split(zt)
     w_hi, w_lo = _split(zeta)
-    d = ((z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)) \
-        - 1.2979282537628478e-08
+    d = (
+        (z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)
+    ) - 1.2979282537628478e-08
     near = tl.abs(d) < 0.5
     d = tl.where(near, d, 0.0)  # lanes that take the plain form get a harmless d
     ed = tl.exp(d)
@@ -216,48 +227,83 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
     acc_z = tl.zeros([L, BP], dtype=tl.float32)
     for i_c in tl.range(0, NC):
         t0 = i_c * C
-        tl.store(states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
-                 b_s.to(states.dtype.element_ty))
+        tl.store(
+            states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
+            b_s.to(states.dtype.element_ty),
+        )
         tok = t0 + t_j  # [L] token of each folded row
-        p_krow = ((i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g *
-            stride_k_g) + t_j * stride_k_t + r_j * stride_k_r)
-        p_qrow = ((i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g *
-            stride_q_g) + t_j * stride_q_t + r_j * stride_q_r)
+        p_krow = (
+            (i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g * stride_k_g)
+            + t_j * stride_k_t
+            + r_j * stride_k_r
+        )
+        p_qrow = (
+            (i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g * stride_q_g)
+            + t_j * stride_q_t
+            + r_j * stride_q_r
+        )
         # Angles of the row's token: dims past NA pass through (angle 0: cos 1, sin 0).
-        theta = (tl.load(angles + (i_b.to(tl.int64) * stride_angles_b + tl.cast(t0, tl.int64) *
-            stride_angles_t + i_h * stride_angles_h) + t_j[:, None] * stride_angles_t + o_m[None, :
-            ], mask=m_rot[None, :], other=0.0).to(tl.float32))
+        theta = tl.load(
+            angles
+            + (
+                i_b.to(tl.int64) * stride_angles_b
+                + tl.cast(t0, tl.int64) * stride_angles_t
+                + i_h * stride_angles_h
+            )
+            + t_j[:, None] * stride_angles_t
+            + o_m[None, :],
+            mask=m_rot[None, :],
+            other=0.0,
+        ).to(tl.float32)
         cos = tl.cos(theta)
         sin = tl.sin(theta)
         b_k = tl.load(k + p_krow[:, None] + o_n[None, :]).to(tl.float32) + tl.load(k_bias + p_bias)
-        b_k_p = (tl.load(k + p_krow[:, None] + o_np[None, :]).to(tl.float32) + tl.load(k_bias +
-            p_biasp))
+        b_k_p = tl.load(k + p_krow[:, None] + o_np[None, :]).to(tl.float32) + tl.load(
+            k_bias + p_biasp
+        )
         b_k = cos * b_k + sgn * sin * b_k_p
         b_q = tl.load(q + p_qrow[:, None] + o_n[None, :]).to(tl.float32) + tl.load(q_bias + p_bias)
-        b_q_p = (tl.load(q + p_qrow[:, None] + o_np[None, :]).to(tl.float32) + tl.load(q_bias +
-            p_biasp))
+        b_q_p = tl.load(q + p_qrow[:, None] + o_np[None, :]).to(tl.float32) + tl.load(
+            q_bias + p_biasp
+        )
         b_q = cos * b_q + sgn * sin * b_q_p
         p_tok = bh * T + tok
         m_next = tok + 1 < T
         b_dt = tl.load(dt + p_tok)
         b_dt_next = tl.load(dt + p_tok + 1, mask=m_next, other=0.0)
         b_gamma = b_dt * tl.sigmoid(tl.load(trap + p_tok).to(tl.float32))
-        b_ts = (b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + p_tok + 1, mask=m_next, other=0.0).
-            to(tl.float32)))
-        # [L, BP] in [B,T,H,P]
-        p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]
-        b_pv = (tl.load(v + (i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t +
-            i_h * stride_v_h) + t_j[:, None] * stride_v_t + o_p[None, :]).to(tl.float32) * tl.load(
-            mimo_v + p_psi))
+        b_ts = b_gamma + b_dt_next * tl.sigmoid(
+            -tl.load(trap + p_tok + 1, mask=m_next, other=0.0).to(tl.float32)
+        )
+        p_x = ((i_b * T + tok).to(tl.int64) * H + i_h)[:, None] * P + o_p[
+            None, :
+        ]  # [L, BP] in [B,T,H,P]
+        b_pv = tl.load(
+            v
+            + (
+                i_b.to(tl.int64) * stride_v_b
+                + tl.cast(t0, tl.int64) * stride_v_t
+                + i_h * stride_v_h
+            )
+            + t_j[:, None] * stride_v_t
+            + o_p[None, :]
+        ).to(tl.float32) * tl.load(mimo_v + p_psi)
         b_qk = _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)  # [L, L] rotated scores
         # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0 writes
         # them.
-        tl.store(qk_dot + (p_tok[:, None] * R + r_j[:, None]) * R + r_j[None, :],
-                 b_qk.to(qk_dot.dtype.element_ty), mask=m_same & (i_p == 0))
-        b_seg = (tl.load(segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :],
-            mask=m_strict, other=0.0))
-        b_w = (tl.where(m_strict, tl.exp(b_seg) * b_ts[None, :], tl.where(m_same, b_gamma[:, None],
-            0.0)))
+        tl.store(
+            qk_dot + (p_tok[:, None] * R + r_j[:, None]) * R + r_j[None, :],
+            b_qk.to(qk_dot.dtype.element_ty),
+            mask=m_same & (i_p == 0),
+        )
+        b_seg = tl.load(
+            segsum + ((bh * NC + i_c) * C + t_j[:, None]) * C + t_j[None, :],
+            mask=m_strict,
+            other=0.0,
+        )
+        b_w = tl.where(
+            m_strict, tl.exp(b_seg) * b_ts[None, :], tl.where(m_same, b_gamma[:, None], 0.0)
+        )
         b_edc = tl.exp(tl.load(da_cs + p_tok))
         y = _mm(b_qk * b_w, b_pv, MIN_DOT, DOT_PRECISION)
         y += _mm(b_q * b_edc[:, None], b_s, MIN_DOT, DOT_PRECISION)
@@ -265,20 +311,37 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
             y += b_d * b_pv
         b_wk = tl.exp(tl.load(da_cs_rev + p_tok)) * b_ts  # key weight in the state update
         b_last = tl.load(da_cs + bh * T + t0 + C - 1)
-        b_s = (b_s * tl.exp(b_last) + _mm(tl.trans(b_k * b_wk[:, None]), b_pv, MIN_DOT,
-            DOT_PRECISION))
-        go = (tl.load(dout + (i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) *
-            stride_dout_t + i_h * stride_dout_h) + t_j[:, None] * stride_dout_t + o_p[None, :]).to(
-            tl.float32))
+        b_s = b_s * tl.exp(b_last) + _mm(
+            tl.trans(b_k * b_wk[:, None]), b_pv, MIN_DOT, DOT_PRECISION
+        )
+        go = tl.load(
+            dout
+            + (
+                i_b.to(tl.int64) * stride_dout_b
+                + tl.cast(t0, tl.int64) * stride_dout_t
+                + i_h * stride_dout_h
+            )
+            + t_j[:, None] * stride_dout_t
+            + o_p[None, :]
+        ).to(tl.float32)
         gy = go * y
         if HAS_Z:
-            zt = (tl.load(z + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t +
-                i_h * stride_z_h) + t_j[:, None] * stride_z_t + o_p[None, :]).to(tl.float32))
+            zt = tl.load(
+                z
+                + (
+                    i_b.to(tl.int64) * stride_z_b
+                    + tl.cast(t0, tl.int64) * stride_z_t
+                    + i_h * stride_z_h
+                )
+                + t_j[:, None] * stride_z_t
+                + o_p[None, :]
+            ).to(tl.float32)
             zeta = tl.load(mimo_z + p_psi)
             contrib_o, du = _gate_terms(gy, zt, zeta, tl.load(mimo_o + p_psi))
             contrib_z = du * zt
-            # dz[t] sums the ranks of token t
-            b_dz = tl.sum(tl.reshape(du * zeta, [C, R, BP]), axis=1)
+            b_dz = tl.sum(
+                tl.reshape(du * zeta, [C, R, BP]), axis=1
+            )  # dz[t] sums the ranks of token t
             p_dz = ((i_b * T + t0 + o_t).to(tl.int64) * H + i_h)[:, None] * P + o_p[None, :]
             tl.store(dz + p_dz, b_dz.to(dz.dtype.element_ty))
         else:
@@ -289,11 +352,14 @@ def mamba3_mimo_bwd_fwd_fold_kernel(
             acc_z += contrib_z
     o_r = tl.arange(0, R)
     p_out = (bh * R + o_r[:, None]) * P + o_p[None, :]
-    tl.store(dmimo_o + p_out, tl.sum(tl.reshape(acc_o, [C, R, BP]), axis=0).to(dmimo_o.dtype.
-        element_ty))
+    tl.store(
+        dmimo_o + p_out, tl.sum(tl.reshape(acc_o, [C, R, BP]), axis=0).to(dmimo_o.dtype.element_ty)
+    )
     if HAS_Z:
-        tl.store(dmimo_z + p_out, tl.sum(tl.reshape(acc_z, [C, R, BP]), axis=0).to(dmimo_z.dtype.
-            element_ty))
+        tl.store(
+            dmimo_z + p_out,
+            tl.sum(tl.reshape(acc_z, [C, R, BP]), axis=0).to(dmimo_z.dtype.element_ty),
+        )
 
 
 KERNELS = (mamba3_mimo_bwd_fwd_fold_kernel,)
@@ -346,15 +412,42 @@ def _strides(**tensors):
         dims = "btrg" if name in ("q", "k") else "bth"
         if t is not None and t.stride(-1) != 1:
             raise ValueError(
-                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}")
-        out.update({f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims
-            )})
+                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}"
+            )
+        out.update(
+            {f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims)}
+        )
     return out
 
 
-def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-          mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-          num_programs, point):
+def _plan(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches, plus the (destination, padded source) copies that follow them."""
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -363,7 +456,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     copies = []
     if S % C:
         dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum = _pad_to_chunks(
-            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum)
+            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum
+        )
         T = q.shape[1]
         qk_full = torch.empty((B, H, T, R, R), dtype=qk_dot.dtype, device=qk_dot.device)
         copies.append((qk_dot, qk_full[:, :, :S]))
@@ -376,23 +470,86 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     NC = T // C
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
-    shape = dict(T=T, H=H, HG=H // G, R=R, G=G, N=N, NA=N // int(rotary_dim_divisor), P=P, C=C,
-                 BLOCK_P=BLOCK_P)
+    shape = dict(
+        T=T,
+        H=H,
+        HG=H // G,
+        R=R,
+        G=G,
+        N=N,
+        NA=N // int(rotary_dim_divisor),
+        P=P,
+        C=C,
+        BLOCK_P=BLOCK_P,
+    )
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
-    gate = (dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is
-        not None))
-    calls = ([(mamba3_mimo_bwd_fwd_fold_kernel, (P // BLOCK_P, B * H), dict(dout=dout, q=q, k=k,
-        v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d, angles=angles,
-        da_cs=da_cs, da_cs_rev=da_cs_rev, dt=dt, trap=trap, segsum=segsum, states=states,
-        qk_dot=qk_dot, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, dz=dz if has_z else
-        None, ** gate, ** shape, ** precision, ** _strides(dout=dout, q=q, k=k, v=v, z=z,
-        angles=angles)), options)])
+    gate = dict(
+        mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is not None
+    )
+    calls = [
+        (
+            mamba3_mimo_bwd_fwd_fold_kernel,
+            (P // BLOCK_P, B * H),
+            dict(
+                dout=dout,
+                q=q,
+                k=k,
+                v=v,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                d=d,
+                angles=angles,
+                da_cs=da_cs,
+                da_cs_rev=da_cs_rev,
+                dt=dt,
+                trap=trap,
+                segsum=segsum,
+                states=states,
+                qk_dot=qk_dot,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                dz=dz if has_z else None,
+                **gate,
+                **shape,
+                **precision,
+                **_strides(dout=dout, q=q, k=k, v=v, z=z, angles=angles),
+            ),
+            options,
+        )
+    ]
     return calls, copies
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -406,18 +563,93 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
         point: BLOCK_P (the P tile; defaults to P), DOT_PRECISION (the fp32 products; defaults to
             ieee) and the launch options num_warps, num_stages (absent under the interpreter).
     """
-    return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point)[0]
+    return _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-    num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-        rotary_dim_divisor, num_programs, point))
+    calls, copies = _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

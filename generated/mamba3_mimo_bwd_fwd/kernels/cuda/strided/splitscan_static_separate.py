@@ -30,6 +30,7 @@ inputs and the outputs are contiguous. It has no tuning records: it runs the poi
 contiguous module of splitscan_static_separate.
 
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -45,13 +46,22 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         if PRECISION == "tf32x3_split":
             a_hi, a_lo = _parts(a, PRECISION)
             b_hi, b_lo = _parts(b, PRECISION)
-            return (_dot(a_hi, a_lo, b_hi, b_lo, tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32
-                ), MIN_DOT, PRECISION))
+            return _dot(
+                a_hi,
+                a_lo,
+                b_hi,
+                b_lo,
+                tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32),
+                MIN_DOT,
+                PRECISION,
+            )
         else:
             return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
-            shape[1]]), axis=1))
+        return tl.sum(
+            tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]),
+            axis=1,
+        )
 
 
 @triton.jit
@@ -111,8 +121,9 @@ def _dsilu(zt, zeta, u, sig):
     plain = sig * (1.0 + u * (1.0 - sig))
     z_hi, z_lo = _split(zt)
     w_hi, w_lo = _split(zeta)
-    d = ((z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)) \
-        - 1.2979282537628478e-08
+    d = (
+        (z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)
+    ) - 1.2979282537628478e-08
     near = tl.abs(d) < 0.5
     d = tl.where(near, d, 0.0)  # lanes that take the plain form get a harmless d
     ed = tl.exp(d)
@@ -174,8 +185,19 @@ def _pair(x1, x2):
 
 
 @triton.jit
-def _dot2(a1_hi, a1_lo, b1_hi, b1_lo, a2_hi, a2_lo, b2_hi, b2_lo, acc, MIN_DOT: tl.constexpr,
-          DOT_PRECISION: tl.constexpr):
+def _dot2(
+    a1_hi,
+    a1_lo,
+    b1_hi,
+    b1_lo,
+    a2_hi,
+    a2_lo,
+    b2_hi,
+    b2_lo,
+    acc,
+    MIN_DOT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """acc + a1 @ b1 + a2 @ b2 from their _parts, in the order _dot forms acc + [a1 a2] @ [b1; b2]
     (with tf32x3_split the small parts of both first, summed from zero, then added to acc)."""
     M: tl.constexpr = a1_hi.shape[0]
@@ -204,8 +226,9 @@ def _state_tile(n_j, o_bp, P: tl.constexpr, TRANSPOSED: tl.constexpr):
 
 
 @triton.jit
-def _state_product(b_k, b_pv, acc, TRANSPOSED: tl.constexpr, MIN_DOT: tl.constexpr, DOT_PRECISION:
-    tl.constexpr):
+def _state_product(
+    b_k, b_pv, acc, TRANSPOSED: tl.constexpr, MIN_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr
+):
     """acc + a chunk's state update from its weighted keys b_k [L, BN] and PsiV b_pv [L, BP]: K^T
     PsiV
     [BN, BP], or (TRANSPOSED) its transpose PsiV^T K [BP, BN], whose products take the P tile as M
@@ -288,16 +311,21 @@ def mamba3_mimo_bwd_fwd_increment_kernel(
     p_krows = (t_j * stride_k_t + r_j * stride_k_r)[:, None]  # folded row j of a chunk in k
     p_lbias = ((i_h * R + r_j) * N)[:, None]  # [L, 1] rows of q_bias / k_bias
     p_rbias = ((i_h * R + o_r) * N)[:, None]  # [R, 1]: the same per rank
-    # [R, BP] in mimo_v / mimo_o / mimo_z
-    p_r = (i_h * R + o_r)[:, None] * P + i_p * BP + o_bp[None, :]
+    p_r = (
+        (i_h * R + o_r)[:, None] * P + i_p * BP + o_bp[None, :]
+    )  # [R, BP] in mimo_v / mimo_o / mimo_z
     t0 = i_c * C
     tok0 = i_b.to(tl.int64) * T + t0
     c_bh = i_bh.to(tl.int64) * T + t0
     x_c = (tok0 * H + i_h) * P + i_p * BP
-    k_c = (k + (i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g *
-        stride_k_g))
-    ang_c = (angles + (i_b.to(tl.int64) * stride_angles_b + tl.cast(t0, tl.int64) * stride_angles_t
-        +i_h * stride_angles_h))
+    k_c = k + (
+        i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g * stride_k_g
+    )
+    ang_c = angles + (
+        i_b.to(tl.int64) * stride_angles_b
+        + tl.cast(t0, tl.int64) * stride_angles_t
+        + i_h * stride_angles_h
+    )
     s_c = (i_bh.to(tl.int64) * NC + i_c) * N * P + i_p * BP
     st_c = st32 + s_c
     c1 = i_n * W + o_w
@@ -306,34 +334,52 @@ def mamba3_mimo_bwd_fwd_increment_kernel(
     b_dt = tl.load(dt + c_bh + t_j)
     b_dt_next = tl.load(dt + c_bh + t_j + 1, mask=m_next, other=0.0)
     b_gamma = b_dt * tl.sigmoid(tl.load(trap + c_bh + t_j).to(tl.float32))
-    b_ts = (b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + c_bh + t_j + 1, mask=m_next, other=0.0)
-        .to(tl.float32)))
+    b_ts = b_gamma + b_dt_next * tl.sigmoid(
+        -tl.load(trap + c_bh + t_j + 1, mask=m_next, other=0.0).to(tl.float32)
+    )
     if i_n < NRB:
-        theta = (tl.load(ang_c + o_t[:, None] * stride_angles_t + c1[None, :], mask=(c1 < NA)[None,
-            :], other=0.0))
+        theta = tl.load(
+            ang_c + o_t[:, None] * stride_angles_t + c1[None, :], mask=(c1 < NA)[None, :], other=0.0
+        )
         b_cos = _rows(tl.cos(theta), R)
         b_sin = _rows(tl.sin(theta), R)
-        b_k1 = (tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _tile(tl.load(k_bias + p_rbias
-            +(c1)[None, :]), C))
-        b_k2 = (tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _tile(tl.load(k_bias +
-            p_rbias + (HALF + c1)[None, :]), C))
+        b_k1 = tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _tile(
+            tl.load(k_bias + p_rbias + (c1)[None, :]), C
+        )
+        b_k2 = tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _tile(
+            tl.load(k_bias + p_rbias + (HALF + c1)[None, :]), C
+        )
         b_k1, b_k2 = b_cos * b_k1 - b_sin * b_k2, b_sin * b_k1 + b_cos * b_k2
 
         b_k = _pair(b_k1, b_k2)
     else:
-        b_k1 = (tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _tile(tl.load(k_bias + p_rbias
-            +(c1)[None, :]), C))
-        b_k2 = (tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _tile(tl.load(k_bias +
-            p_rbias + (HALF + c1)[None, :]), C))
+        b_k1 = tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _tile(
+            tl.load(k_bias + p_rbias + (c1)[None, :]), C
+        )
+        b_k2 = tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _tile(
+            tl.load(k_bias + p_rbias + (HALF + c1)[None, :]), C
+        )
 
         b_k = _pair(b_k1, b_k2)
     b_k = b_k * (tl.exp(tl.load(da_cs_rev + c_bh + t_j)) * b_ts)[:, None]
-    b_pv = (tl.reshape(tl.load(v + (i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) *
-        stride_v_t + i_h * stride_v_h) + o_t[:, None] * stride_v_t + (i_p * BP + o_bp)[None, :]).to(
-        tl.float32)[:, None, :] * (tl.load(mimo_v + p_r))[None,:, :], [L, BP]))
+    b_pv = tl.reshape(
+        tl.load(
+            v
+            + (
+                i_b.to(tl.int64) * stride_v_b
+                + tl.cast(t0, tl.int64) * stride_v_t
+                + i_h * stride_v_h
+            )
+            + o_t[:, None] * stride_v_t
+            + (i_p * BP + o_bp)[None, :]
+        ).to(tl.float32)[:, None, :]
+        * (tl.load(mimo_v + p_r))[None, :, :],
+        [L, BP],
+    )
     p_nb = _state_tile(n_j, o_bp, P, TRANSPOSED)
-    b_u = (_state_product(b_k, b_pv, tl.zeros(p_nb.shape, dtype=tl.float32), TRANSPOSED, MIN_DOT,
-        DOT_PRECISION))
+    b_u = _state_product(
+        b_k, b_pv, tl.zeros(p_nb.shape, dtype=tl.float32), TRANSPOSED, MIN_DOT, DOT_PRECISION
+    )
     tl.store(st_c + N * P + p_nb, b_u)
 
 
@@ -380,8 +426,9 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         tl.store(st32 + p_slot, b_run, mask=m_c[:, None])
         if COPY32:
             tl.store(states + p_slot, b_run.to(states.dtype.element_ty), mask=m_c[:, None])
-        # masked rows apply nothing
-        b_s = tl.sum(tl.where(o_g[:, None] == GROUP - 1, b_run, 0.0), axis=0)
+        b_s = tl.sum(
+            tl.where(o_g[:, None] == GROUP - 1, b_run, 0.0), axis=0
+        )  # masked rows apply nothing
 
 
 @triton.jit(do_not_specialize=["T", "H", "HG"])
@@ -484,46 +531,64 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
     p_krows = (t_j * stride_k_t + r_j * stride_k_r)[:, None]  # folded row j of a chunk in k
     p_lbias = ((i_h * R + r_j) * N)[:, None]  # [L, 1] rows of q_bias / k_bias
     p_rbias = ((i_h * R + o_r) * N)[:, None]  # [R, 1]: the same per rank
-    # [R, BP] in mimo_v / mimo_o / mimo_z
-    p_r = (i_h * R + o_r)[:, None] * P + i_p * BP + o_bp[None, :]
+    p_r = (
+        (i_h * R + o_r)[:, None] * P + i_p * BP + o_bp[None, :]
+    )  # [R, BP] in mimo_v / mimo_o / mimo_z
     t0 = i_c * C
     tok0 = i_b.to(tl.int64) * T + t0
     c_bh = i_bh.to(tl.int64) * T + t0
     x_c = (tok0 * H + i_h) * P + i_p * BP
-    k_c = (k + (i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g *
-        stride_k_g))
-    q_c = (q + (i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g *
-        stride_q_g))
+    k_c = k + (
+        i_b.to(tl.int64) * stride_k_b + tl.cast(t0, tl.int64) * stride_k_t + i_g * stride_k_g
+    )
+    q_c = q + (
+        i_b.to(tl.int64) * stride_q_b + tl.cast(t0, tl.int64) * stride_q_t + i_g * stride_q_g
+    )
     p_qrows = (t_j * stride_q_t + r_j * stride_q_r)[:, None]  # folded row j of the chunk in q
-    ang_c = (angles + (i_b.to(tl.int64) * stride_angles_b + tl.cast(t0, tl.int64) * stride_angles_t
-        +i_h * stride_angles_h))
+    ang_c = angles + (
+        i_b.to(tl.int64) * stride_angles_b
+        + tl.cast(t0, tl.int64) * stride_angles_t
+        + i_h * stride_angles_h
+    )
     s_c = (i_bh.to(tl.int64) * NC + i_c) * N * P + i_p * BP
     st_c = st32 + s_c
     m_next = t0 + o_t + 1 < T
     b_dt = tl.load(dt + c_bh + o_t)
     b_dt_next = tl.load(dt + c_bh + o_t + 1, mask=m_next, other=0.0)
     b_gamma = b_dt * tl.sigmoid(tl.load(trap + c_bh + o_t).to(tl.float32))
-    b_ts = (b_gamma + b_dt_next * tl.sigmoid(-tl.load(trap + c_bh + o_t + 1, mask=m_next, other=0.0)
-        .to(tl.float32)))
+    b_ts = b_gamma + b_dt_next * tl.sigmoid(
+        -tl.load(trap + c_bh + o_t + 1, mask=m_next, other=0.0).to(tl.float32)
+    )
     b_qk = tl.zeros([L, L], dtype=tl.float32)  # Q K^T, rotated
     b_qs = tl.zeros([L, BP], dtype=tl.float32)  # Q S
     for i_n in tl.range(0, NRB):
         c1 = i_n * W + o_w
         n_j = (o_bn % 2) * HALF + i_n * W + o_bn // 2
-        theta = (tl.load(ang_c + o_t[:, None] * stride_angles_t + c1[None, :], mask=(c1 < NA)[None,
-            :], other=0.0))
+        theta = tl.load(
+            ang_c + o_t[:, None] * stride_angles_t + c1[None, :], mask=(c1 < NA)[None, :], other=0.0
+        )
         b_cos = _rows(tl.cos(theta), R)
         b_sin = _rows(tl.sin(theta), R)
-        b_q1 = (tl.load(q_c + p_qrows + c1[None, :]).to(tl.float32) + _rank_rows(q_bias + p_lbias +
-            (c1)[None, :], q_bias + p_rbias + (c1)[None, :], C, ROW_TILES))
-        b_q2 = (tl.load(q_c + p_qrows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(q_bias +
-            p_lbias + (HALF + c1)[None, :], q_bias + p_rbias + (HALF + c1)[None, :], C, ROW_TILES))
+        b_q1 = tl.load(q_c + p_qrows + c1[None, :]).to(tl.float32) + _rank_rows(
+            q_bias + p_lbias + (c1)[None, :], q_bias + p_rbias + (c1)[None, :], C, ROW_TILES
+        )
+        b_q2 = tl.load(q_c + p_qrows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(
+            q_bias + p_lbias + (HALF + c1)[None, :],
+            q_bias + p_rbias + (HALF + c1)[None, :],
+            C,
+            ROW_TILES,
+        )
         b_q1, b_q2 = b_cos * b_q1 - b_sin * b_q2, b_sin * b_q1 + b_cos * b_q2
 
-        b_k1 = (tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _rank_rows(k_bias + p_lbias +
-            (c1)[None, :], k_bias + p_rbias + (c1)[None, :], C, ROW_TILES))
-        b_k2 = (tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(k_bias +
-            p_lbias + (HALF + c1)[None, :], k_bias + p_rbias + (HALF + c1)[None, :], C, ROW_TILES))
+        b_k1 = tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _rank_rows(
+            k_bias + p_lbias + (c1)[None, :], k_bias + p_rbias + (c1)[None, :], C, ROW_TILES
+        )
+        b_k2 = tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(
+            k_bias + p_lbias + (HALF + c1)[None, :],
+            k_bias + p_rbias + (HALF + c1)[None, :],
+            C,
+            ROW_TILES,
+        )
         b_k1, b_k2 = b_cos * b_k1 - b_sin * b_k2, b_sin * b_k1 + b_cos * b_k2
 
         if HALVES:
@@ -532,12 +597,15 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
             k1_hi, k1_lo = _parts(tl.trans(b_k1), DOT_PRECISION)
             k2_hi, k2_lo = _parts(tl.trans(b_k2), DOT_PRECISION)
             s1_hi, s1_lo = _parts(tl.load(st_c + _state_tile(c1, o_bp, P, False)), DOT_PRECISION)
-            s2_hi, s2_lo = (_parts(tl.load(st_c + _state_tile(HALF + c1, o_bp, P, False)),
-                DOT_PRECISION))
-            b_qk = (_dot2(q1_hi, q1_lo, k1_hi, k1_lo, q2_hi, q2_lo, k2_hi, k2_lo, b_qk, MIN_DOT,
-                DOT_PRECISION))
-            b_qs = (_dot2(q1_hi, q1_lo, s1_hi, s1_lo, q2_hi, q2_lo, s2_hi, s2_lo, b_qs, MIN_DOT,
-                DOT_PRECISION))
+            s2_hi, s2_lo = _parts(
+                tl.load(st_c + _state_tile(HALF + c1, o_bp, P, False)), DOT_PRECISION
+            )
+            b_qk = _dot2(
+                q1_hi, q1_lo, k1_hi, k1_lo, q2_hi, q2_lo, k2_hi, k2_lo, b_qk, MIN_DOT, DOT_PRECISION
+            )
+            b_qs = _dot2(
+                q1_hi, q1_lo, s1_hi, s1_lo, q2_hi, q2_lo, s2_hi, s2_lo, b_qs, MIN_DOT, DOT_PRECISION
+            )
         else:
             q_hi, q_lo = _parts(_pair(b_q1, b_q2), DOT_PRECISION)
             k_hi, k_lo = _parts(tl.trans(_pair(b_k1, b_k2)), DOT_PRECISION)
@@ -547,15 +615,25 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
     for i_n in tl.range(NRB, NB):
         c1 = i_n * W + o_w
         n_j = (o_bn % 2) * HALF + i_n * W + o_bn // 2
-        b_q1 = (tl.load(q_c + p_qrows + c1[None, :]).to(tl.float32) + _rank_rows(q_bias + p_lbias +
-            (c1)[None, :], q_bias + p_rbias + (c1)[None, :], C, ROW_TILES))
-        b_q2 = (tl.load(q_c + p_qrows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(q_bias +
-            p_lbias + (HALF + c1)[None, :], q_bias + p_rbias + (HALF + c1)[None, :], C, ROW_TILES))
+        b_q1 = tl.load(q_c + p_qrows + c1[None, :]).to(tl.float32) + _rank_rows(
+            q_bias + p_lbias + (c1)[None, :], q_bias + p_rbias + (c1)[None, :], C, ROW_TILES
+        )
+        b_q2 = tl.load(q_c + p_qrows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(
+            q_bias + p_lbias + (HALF + c1)[None, :],
+            q_bias + p_rbias + (HALF + c1)[None, :],
+            C,
+            ROW_TILES,
+        )
 
-        b_k1 = (tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _rank_rows(k_bias + p_lbias +
-            (c1)[None, :], k_bias + p_rbias + (c1)[None, :], C, ROW_TILES))
-        b_k2 = (tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(k_bias +
-            p_lbias + (HALF + c1)[None, :], k_bias + p_rbias + (HALF + c1)[None, :], C, ROW_TILES))
+        b_k1 = tl.load(k_c + p_krows + c1[None, :]).to(tl.float32) + _rank_rows(
+            k_bias + p_lbias + (c1)[None, :], k_bias + p_rbias + (c1)[None, :], C, ROW_TILES
+        )
+        b_k2 = tl.load(k_c + p_krows + HALF + c1[None, :]).to(tl.float32) + _rank_rows(
+            k_bias + p_lbias + (HALF + c1)[None, :],
+            k_bias + p_rbias + (HALF + c1)[None, :],
+            C,
+            ROW_TILES,
+        )
 
         if HALVES:
             q1_hi, q1_lo = _parts(b_q1, DOT_PRECISION)
@@ -563,12 +641,15 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
             k1_hi, k1_lo = _parts(tl.trans(b_k1), DOT_PRECISION)
             k2_hi, k2_lo = _parts(tl.trans(b_k2), DOT_PRECISION)
             s1_hi, s1_lo = _parts(tl.load(st_c + _state_tile(c1, o_bp, P, False)), DOT_PRECISION)
-            s2_hi, s2_lo = (_parts(tl.load(st_c + _state_tile(HALF + c1, o_bp, P, False)),
-                DOT_PRECISION))
-            b_qk = (_dot2(q1_hi, q1_lo, k1_hi, k1_lo, q2_hi, q2_lo, k2_hi, k2_lo, b_qk, MIN_DOT,
-                DOT_PRECISION))
-            b_qs = (_dot2(q1_hi, q1_lo, s1_hi, s1_lo, q2_hi, q2_lo, s2_hi, s2_lo, b_qs, MIN_DOT,
-                DOT_PRECISION))
+            s2_hi, s2_lo = _parts(
+                tl.load(st_c + _state_tile(HALF + c1, o_bp, P, False)), DOT_PRECISION
+            )
+            b_qk = _dot2(
+                q1_hi, q1_lo, k1_hi, k1_lo, q2_hi, q2_lo, k2_hi, k2_lo, b_qk, MIN_DOT, DOT_PRECISION
+            )
+            b_qs = _dot2(
+                q1_hi, q1_lo, s1_hi, s1_lo, q2_hi, q2_lo, s2_hi, s2_lo, b_qs, MIN_DOT, DOT_PRECISION
+            )
         else:
             q_hi, q_lo = _parts(_pair(b_q1, b_q2), DOT_PRECISION)
             k_hi, k_lo = _parts(tl.trans(_pair(b_k1, b_k2)), DOT_PRECISION)
@@ -576,68 +657,140 @@ def mamba3_mimo_bwd_fwd_chunk_kernel(
             b_qk = _dot(q_hi, q_lo, k_hi, k_lo, b_qk, MIN_DOT, DOT_PRECISION)
             b_qs = _dot(q_hi, q_lo, s_hi, s_lo, b_qs, MIN_DOT, DOT_PRECISION)
     # qk_dot[t, r, s]: the same-token entries (the rotation is orthogonal); P block 0 writes them.
-    tl.store(qk_dot + (c_bh + t_j)[:, None] * (R * R) + (r_j[:, None] * R + r_j[None, :]),
-             b_qk.to(qk_dot.dtype.element_ty), mask=(t_j[:, None] == t_j[None, :]) & (i_p == 0))
+    tl.store(
+        qk_dot + (c_bh + t_j)[:, None] * (R * R) + (r_j[:, None] * R + r_j[None, :]),
+        b_qk.to(qk_dot.dtype.element_ty),
+        mask=(t_j[:, None] == t_j[None, :]) & (i_p == 0),
+    )
     m_before = o_t[:, None] > o_t[None, :]  # key token before the query token
-    b_seg = (tl.load(segsum + (i_bh.to(tl.int64) * NC + i_c) * C * C + (o_t[:, None] * C + o_t[None,
-        :]), mask=m_before, other=0.0))
-    b_w = (_spread_pairs(tl.where(m_before, tl.exp(b_seg) * b_ts[None, :], tl.where(o_t[:, None] ==
-        o_t[None, :], b_gamma[:, None], 0.0)), R))
+    b_seg = tl.load(
+        segsum + (i_bh.to(tl.int64) * NC + i_c) * C * C + (o_t[:, None] * C + o_t[None, :]),
+        mask=m_before,
+        other=0.0,
+    )
+    b_w = _spread_pairs(
+        tl.where(
+            m_before,
+            tl.exp(b_seg) * b_ts[None, :],
+            tl.where(o_t[:, None] == o_t[None, :], b_gamma[:, None], 0.0),
+        ),
+        R,
+    )
     p_part = ((i_bh.to(tl.int64) * NC + i_c) * R + o_r[:, None]) * P + i_p * BP + o_bp[None, :]
     p_xt = x_c + o_t[:, None] * (H * P) + o_bp[None, :]  # [C, BP]: the chunk's tokens
     if ROW_TILES:
-        b_pv = (tl.reshape(tl.load(v + (i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) *
-            stride_v_t + i_h * stride_v_h) + o_t[:, None] * stride_v_t + (i_p * BP + o_bp)[None, :])
-            .to(tl.float32)[:, None, :] * (tl.load(mimo_v + p_r))[None,:, :], [L, BP]))
+        b_pv = tl.reshape(
+            tl.load(
+                v
+                + (
+                    i_b.to(tl.int64) * stride_v_b
+                    + tl.cast(t0, tl.int64) * stride_v_t
+                    + i_h * stride_v_h
+                )
+                + o_t[:, None] * stride_v_t
+                + (i_p * BP + o_bp)[None, :]
+            ).to(tl.float32)[:, None, :]
+            * (tl.load(mimo_v + p_r))[None, :, :],
+            [L, BP],
+        )
     else:
         p_x = x_c + t_j[:, None] * (H * P) + o_bp[None, :]  # [L, BP]: each folded row's token
         p_psi = (i_h * R + r_j)[:, None] * P + i_p * BP + o_bp[None, :]
-        b_pv = (tl.load(v + (i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t +
-            i_h * stride_v_h) + t_j[:, None] * stride_v_t + (i_p * BP + o_bp)[None, :]).to(tl.
-            float32) * tl.load(mimo_v + p_psi))
+        b_pv = tl.load(
+            v
+            + (
+                i_b.to(tl.int64) * stride_v_b
+                + tl.cast(t0, tl.int64) * stride_v_t
+                + i_h * stride_v_h
+            )
+            + t_j[:, None] * stride_v_t
+            + (i_p * BP + o_bp)[None, :]
+        ).to(tl.float32) * tl.load(mimo_v + p_psi)
     w_hi, w_lo = _parts(b_qk * b_w, DOT_PRECISION)
     v_hi, v_lo = _parts(b_pv, DOT_PRECISION)
-    y = (_dot(w_hi, w_lo, v_hi, v_lo, tl.exp(tl.load(da_cs + c_bh + t_j))[:, None] * b_qs, MIN_DOT,
-        DOT_PRECISION))
+    y = _dot(
+        w_hi,
+        w_lo,
+        v_hi,
+        v_lo,
+        tl.exp(tl.load(da_cs + c_bh + t_j))[:, None] * b_qs,
+        MIN_DOT,
+        DOT_PRECISION,
+    )
     if HAS_D:
         y += tl.load(d + i_h) * b_pv
     if GATE_KERNEL:
-        tl.store(raw_y + ((i_bh.to(tl.int64) * NC + i_c) * L + o_j[:, None]) * P + i_p * BP + o_bp[
-            None, :], y)
+        tl.store(
+            raw_y
+            + ((i_bh.to(tl.int64) * NC + i_c) * L + o_j[:, None]) * P
+            + i_p * BP
+            + o_bp[None, :],
+            y,
+        )
     elif ROW_TILES:
         # the gradient terms on [C, R, BP]: token values broadcast over the ranks, rank values over
         # the tokens
-        gy = (tl.load(dout + (i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) *
-            stride_dout_t + i_h * stride_dout_h) + o_t[:, None] * stride_dout_t + (i_p * BP + o_bp)[
-            None, :]).to(tl.float32)[:, None, :] * tl.reshape(y, [C, R, BP]))
+        gy = tl.load(
+            dout
+            + (
+                i_b.to(tl.int64) * stride_dout_b
+                + tl.cast(t0, tl.int64) * stride_dout_t
+                + i_h * stride_dout_h
+            )
+            + o_t[:, None] * stride_dout_t
+            + (i_p * BP + o_bp)[None, :]
+        ).to(tl.float32)[:, None, :] * tl.reshape(y, [C, R, BP])
         if HAS_Z:
-            zt = (tl.load(z + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t +
-                i_h * stride_z_h) + o_t[:, None] * stride_z_t + (i_p * BP + o_bp)[None, :]).to(tl.
-                float32)[:, None, :])
+            zt = tl.load(
+                z
+                + (
+                    i_b.to(tl.int64) * stride_z_b
+                    + tl.cast(t0, tl.int64) * stride_z_t
+                    + i_h * stride_z_h
+                )
+                + o_t[:, None] * stride_z_t
+                + (i_p * BP + o_bp)[None, :]
+            ).to(tl.float32)[:, None, :]
             zeta = tl.load(mimo_z + p_r)[None, :, :]
             contrib_o, du = _gate_terms(gy, zt, zeta, tl.load(mimo_o + p_r)[None, :, :])
             tl.store(part_o + p_part, tl.sum(contrib_o, axis=0))
             tl.store(part_z + p_part, tl.sum(du * zt, axis=0))
-            # dz[t]: the ranks of t
-            tl.store(dz + p_xt, tl.sum(du * zeta, axis=1).to(dz.dtype.element_ty))
+            tl.store(
+                dz + p_xt, tl.sum(du * zeta, axis=1).to(dz.dtype.element_ty)
+            )  # dz[t]: the ranks of t
         else:
             tl.store(part_o + p_part, tl.sum(gy, axis=0))
 
     else:
         # the gradient terms per folded row [L, BP], summed over the tokens at the end
-        go = (tl.load(dout + (i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) *
-            stride_dout_t + i_h * stride_dout_h) + t_j[:, None] * stride_dout_t + (i_p * BP + o_bp)[
-            None, :]).to(tl.float32))
+        go = tl.load(
+            dout
+            + (
+                i_b.to(tl.int64) * stride_dout_b
+                + tl.cast(t0, tl.int64) * stride_dout_t
+                + i_h * stride_dout_h
+            )
+            + t_j[:, None] * stride_dout_t
+            + (i_p * BP + o_bp)[None, :]
+        ).to(tl.float32)
         gy = go * y
         if HAS_Z:
-            zt = (tl.load(z + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t +
-                i_h * stride_z_h) + t_j[:, None] * stride_z_t + (i_p * BP + o_bp)[None, :]).to(tl.
-                float32))
+            zt = tl.load(
+                z
+                + (
+                    i_b.to(tl.int64) * stride_z_b
+                    + tl.cast(t0, tl.int64) * stride_z_t
+                    + i_h * stride_z_h
+                )
+                + t_j[:, None] * stride_z_t
+                + (i_p * BP + o_bp)[None, :]
+            ).to(tl.float32)
             zeta = tl.load(mimo_z + p_psi)
             contrib_o, du = _gate_terms(gy, zt, zeta, tl.load(mimo_o + p_psi))
             contrib_z = du * zt
-            # dz[t] sums the ranks of token t
-            b_dz = tl.sum(tl.reshape(du * zeta, [C, R, BP]), axis=1)
+            b_dz = tl.sum(
+                tl.reshape(du * zeta, [C, R, BP]), axis=1
+            )  # dz[t] sums the ranks of token t
             p_dz = p_xt
             tl.store(dz + p_dz, b_dz.to(dz.dtype.element_ty))
         else:
@@ -685,14 +838,32 @@ def mamba3_mimo_bwd_fwd_gate_kernel(
     p_xt = x_c + o_t[:, None] * (H * P) + o_bp[None, :]
     p_r = (i_h * R + o_r)[:, None] * P + i_p * BP + o_bp[None, :]
     p_part = ((i_bh.to(tl.int64) * NC + i_c) * R + o_r[:, None]) * P + i_p * BP + o_bp[None, :]
-    y = (tl.load(raw_y + ((i_bh.to(tl.int64) * NC + i_c) * (C * R) + (o_t[:, None, None] * R + o_r[
-        None,:, None])) * P + i_p * BP + o_bp[None, None, :]))
-    gy = (tl.load(dout + (i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) * stride_dout_t +
-        i_h * stride_dout_h) + o_t[:, None] * stride_dout_t + (i_p * BP + o_bp)[None, :]).to(tl.
-        float32)[:, None, :] * y)
-    zt = (tl.load(z + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t + i_h *
-        stride_z_h) + o_t[:, None] * stride_z_t + (i_p * BP + o_bp)[None, :]).to(tl.float32)[:,
-        None, :])
+    y = tl.load(
+        raw_y
+        + ((i_bh.to(tl.int64) * NC + i_c) * (C * R) + (o_t[:, None, None] * R + o_r[None, :, None]))
+        * P
+        + i_p * BP
+        + o_bp[None, None, :]
+    )
+    gy = (
+        tl.load(
+            dout
+            + (
+                i_b.to(tl.int64) * stride_dout_b
+                + tl.cast(t0, tl.int64) * stride_dout_t
+                + i_h * stride_dout_h
+            )
+            + o_t[:, None] * stride_dout_t
+            + (i_p * BP + o_bp)[None, :]
+        ).to(tl.float32)[:, None, :]
+        * y
+    )
+    zt = tl.load(
+        z
+        + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t + i_h * stride_z_h)
+        + o_t[:, None] * stride_z_t
+        + (i_p * BP + o_bp)[None, :]
+    ).to(tl.float32)[:, None, :]
     zeta = tl.load(mimo_z + p_r)[None, :, :]
     contrib_o, du = _gate_terms(gy, zt, zeta, tl.load(mimo_o + p_r)[None, :, :])
     tl.store(part_o + p_part, tl.sum(contrib_o, axis=0))
@@ -806,15 +977,42 @@ def _strides(**tensors):
         dims = "btrg" if name in ("q", "k") else "bth"
         if t is not None and t.stride(-1) != 1:
             raise ValueError(
-                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}")
-        out.update({f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims
-            )})
+                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}"
+            )
+        out.update(
+            {f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims)}
+        )
     return out
 
 
-def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-          mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-          num_programs, point):
+def _plan(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches, plus the (destination, padded source) copies that follow them."""
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -823,7 +1021,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     copies = []
     if S % C:
         dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum = _pad_to_chunks(
-            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum)
+            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum
+        )
         T = q.shape[1]
         qk_full = torch.empty((B, H, T, R, R), dtype=qk_dot.dtype, device=qk_dot.device)
         copies.append((qk_dot, qk_full[:, :, :S]))
@@ -836,11 +1035,22 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     NC = T // C
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
-    shape = dict(T=T, H=H, HG=H // G, R=R, G=G, N=N, NA=N // int(rotary_dim_divisor), P=P, C=C,
-                 BLOCK_P=BLOCK_P)
+    shape = dict(
+        T=T,
+        H=H,
+        HG=H // G,
+        R=R,
+        G=G,
+        N=N,
+        NA=N // int(rotary_dim_divisor),
+        P=P,
+        C=C,
+        BLOCK_P=BLOCK_P,
+    )
     precision = dict(MIN_DOT=_min_dot(), DOT_PRECISION=point.get("DOT_PRECISION", "ieee"))
-    gate = (dict(mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is
-        not None))
+    gate = dict(
+        mimo_z=mimo_z if has_z else None, z=z if has_z else None, HAS_Z=has_z, HAS_D=d is not None
+    )
     dev = q.device
     # The chunk kernel reads the entering states in fp32: the output itself when it is fp32.
     copy32 = states.dtype != torch.float32
@@ -850,46 +1060,180 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     BLOCK_N = min(int(point.get("BLOCK_N", N)), N)
     STATE_BLOCK_N = min(int(point.get("STATE_BLOCK_N", BLOCK_N)), N)
     # the state path's P tile: its programs hold [STATE_BLOCK_N, STATE_BLOCK_P] of the state
-    state_shape = dict(shape, BLOCK_P=min(int(point.get("STATE_BLOCK_P", BLOCK_P)), P),
-                       TRANSPOSED=bool(point.get("STATE_TRANSPOSED", False)))
+    state_shape = dict(
+        shape,
+        BLOCK_P=min(int(point.get("STATE_BLOCK_P", BLOCK_P)), P),
+        TRANSPOSED=bool(point.get("STATE_TRANSPOSED", False)),
+    )
     # the Z gate's gradient terms in a kernel of their own: raw_y of every chunk through HBM
     gate_kernel = has_z and bool(point.get("GATE_KERNEL", False))
-    raw_y = (torch.empty((B * H, NC, C * R, P), dtype=torch.float32, device=dev) if gate_kernel else
-        None)
+    raw_y = (
+        torch.empty((B * H, NC, C * R, P), dtype=torch.float32, device=dev) if gate_kernel else None
+    )
     # the chunk kernel's own register cap (a launch option of it alone; 0: none)
     maxnreg = int(point.get("CHUNK_MAXNREG", 0))
     chunk_options = dict(options, maxnreg=maxnreg) if maxnreg and options else options
-    calls = ([(mamba3_mimo_bwd_fwd_increment_kernel, (N // STATE_BLOCK_N * (P // state_shape[
-        "BLOCK_P"]), NC - 1, B * H), dict(k=k, k_bias=k_bias, v=v, mimo_v=mimo_v, angles=angles,
-        da_cs_rev=da_cs_rev, dt=dt, trap=trap, st32=st32, BLOCK_N=STATE_BLOCK_N, ** state_shape, **
-        precision, ** _strides(k=k, v=v, angles=angles)), options)] if NC > 1 else [])
+    calls = (
+        [
+            (
+                mamba3_mimo_bwd_fwd_increment_kernel,
+                (N // STATE_BLOCK_N * (P // state_shape["BLOCK_P"]), NC - 1, B * H),
+                dict(
+                    k=k,
+                    k_bias=k_bias,
+                    v=v,
+                    mimo_v=mimo_v,
+                    angles=angles,
+                    da_cs_rev=da_cs_rev,
+                    dt=dt,
+                    trap=trap,
+                    st32=st32,
+                    BLOCK_N=STATE_BLOCK_N,
+                    **state_shape,
+                    **precision,
+                    **_strides(k=k, v=v, angles=angles),
+                ),
+                options,
+            )
+        ]
+        if NC > 1
+        else []
+    )
     block_s = min(N * P, _SCAN_BLOCK)
-    calls += [(mamba3_mimo_bwd_fwd_scan_kernel, (N * P // block_s, B * H), dict(da_cs=da_cs,
-        states=states, st32=st32, T=T, NC=NC, C=C, NP=N * P, BLOCK_S=block_s, GROUP=_SCAN_GROUP,
-        COPY32=copy32), options), (mamba3_mimo_bwd_fwd_chunk_kernel, (P // BLOCK_P, NC, B * H), dict
-        (dout=dout, q=q, k=k, v=v, q_bias=q_bias, k_bias=k_bias, mimo_v=mimo_v, mimo_o=mimo_o, d=d,
-        angles=angles, da_cs=da_cs, dt=dt, trap=trap, segsum=segsum, st32=st32, qk_dot=qk_dot, dz=dz
-        if has_z else None, part_o=part_o, part_z=part_z, raw_y=raw_y, BLOCK_N=BLOCK_N, HALVES=bool(
-        point.get("CHUNK_HALVES", False)), ROW_TILES=bool(point.get("ROW_TILES", False)),
-        GATE_KERNEL=raw_y is not None, ** gate, ** shape, ** precision, ** _strides(dout=dout, q=q,
-        k=k, v=v, z=z, angles=angles)), chunk_options),]
+    calls += [
+        (
+            mamba3_mimo_bwd_fwd_scan_kernel,
+            (N * P // block_s, B * H),
+            dict(
+                da_cs=da_cs,
+                states=states,
+                st32=st32,
+                T=T,
+                NC=NC,
+                C=C,
+                NP=N * P,
+                BLOCK_S=block_s,
+                GROUP=_SCAN_GROUP,
+                COPY32=copy32,
+            ),
+            options,
+        ),
+        (
+            mamba3_mimo_bwd_fwd_chunk_kernel,
+            (P // BLOCK_P, NC, B * H),
+            dict(
+                dout=dout,
+                q=q,
+                k=k,
+                v=v,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                d=d,
+                angles=angles,
+                da_cs=da_cs,
+                dt=dt,
+                trap=trap,
+                segsum=segsum,
+                st32=st32,
+                qk_dot=qk_dot,
+                dz=dz if has_z else None,
+                part_o=part_o,
+                part_z=part_z,
+                raw_y=raw_y,
+                BLOCK_N=BLOCK_N,
+                HALVES=bool(point.get("CHUNK_HALVES", False)),
+                ROW_TILES=bool(point.get("ROW_TILES", False)),
+                GATE_KERNEL=raw_y is not None,
+                **gate,
+                **shape,
+                **precision,
+                **_strides(dout=dout, q=q, k=k, v=v, z=z, angles=angles),
+            ),
+            chunk_options,
+        ),
+    ]
     if raw_y is not None:
-        # its own P tile: [C, R, gate_p] terms
-        gate_p = min(BLOCK_P, max(16, _GATE_TILE // (C * R)))
-        calls.append((mamba3_mimo_bwd_fwd_gate_kernel, (P // gate_p, NC, B * H), dict(dout=dout,
-            z=z, mimo_o=mimo_o, mimo_z=mimo_z, raw_y=raw_y, dz=dz, part_o=part_o, part_z=part_z,
-            T=T, H=H, R=R, P=P, C=C, BLOCK_P=gate_p, ** _strides(dout=dout, z=z)), options))
+        gate_p = min(
+            BLOCK_P, max(16, _GATE_TILE // (C * R))
+        )  # its own P tile: [C, R, gate_p] terms
+        calls.append(
+            (
+                mamba3_mimo_bwd_fwd_gate_kernel,
+                (P // gate_p, NC, B * H),
+                dict(
+                    dout=dout,
+                    z=z,
+                    mimo_o=mimo_o,
+                    mimo_z=mimo_z,
+                    raw_y=raw_y,
+                    dz=dz,
+                    part_o=part_o,
+                    part_z=part_z,
+                    T=T,
+                    H=H,
+                    R=R,
+                    P=P,
+                    C=C,
+                    BLOCK_P=gate_p,
+                    **_strides(dout=dout, z=z),
+                ),
+                options,
+            )
+        )
     reduce_p = min(BLOCK_P, _REDUCE_P)
     reduce_c = max(1, min(triton.next_power_of_2(NC), _REDUCE_TILE // (R * reduce_p)))
-    calls += [(mamba3_mimo_bwd_fwd_reduce_kernel, (P // reduce_p, B * H), dict(part_o=part_o,
-        part_z=part_z, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, NC=NC, R=R, P=P,
-        BLOCK_P=reduce_p, BLOCK_C=reduce_c, HAS_Z=has_z), options),]
+    calls += [
+        (
+            mamba3_mimo_bwd_fwd_reduce_kernel,
+            (P // reduce_p, B * H),
+            dict(
+                part_o=part_o,
+                part_z=part_z,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                NC=NC,
+                R=R,
+                P=P,
+                BLOCK_P=reduce_p,
+                BLOCK_C=reduce_c,
+                HAS_Z=has_z,
+            ),
+            options,
+        )
+    ]
     return calls, copies
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -910,18 +1254,93 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
         a kernel of their own; defaults to False), DOT_PRECISION (the fp32 products; defaults to
             ieee) and the launch options num_warps, num_stages (absent under the interpreter).
     """
-    return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point)[0]
+    return _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-    num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-        rotary_dim_divisor, num_programs, point))
+    calls, copies = _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -20,6 +20,7 @@ inputs and the outputs are contiguous. It has no tuning records: it runs the poi
 contiguous module of stage0_static_separate.
 
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -35,13 +36,22 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         if PRECISION == "tf32x3_split":
             a_hi, a_lo = _parts(a, PRECISION)
             b_hi, b_lo = _parts(b, PRECISION)
-            return (_dot(a_hi, a_lo, b_hi, b_lo, tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32
-                ), MIN_DOT, PRECISION))
+            return _dot(
+                a_hi,
+                a_lo,
+                b_hi,
+                b_lo,
+                tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32),
+                MIN_DOT,
+                PRECISION,
+            )
         else:
             return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
-            shape[1]]), axis=1))
+        return tl.sum(
+            tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]),
+            axis=1,
+        )
 
 
 @triton.jit
@@ -101,8 +111,9 @@ def _dsilu(zt, zeta, u, sig):
     plain = sig * (1.0 + u * (1.0 - sig))
     z_hi, z_lo = _split(zt)
     w_hi, w_lo = _split(zeta)
-    d = ((z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)) \
-        - 1.2979282537628478e-08
+    d = (
+        (z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)
+    ) - 1.2979282537628478e-08
     near = tl.abs(d) < 0.5
     d = tl.where(near, d, 0.0)  # lanes that take the plain form get a harmless d
     ed = tl.exp(d)
@@ -155,27 +166,38 @@ def mamba3_mimo_bwd_fwd_rotary_kernel(
     for i_t in range(i_c * C, i_c * C + C):
         # Dims past NR pass through: angle 0 gives cos 1, sin 0.
         tok = (i_b * T + i_t).to(tl.int64)
-        theta = (tl.load(angles + (i_b.to(tl.int64) * stride_angles_b + tl.cast(i_t, tl.int64) *
-            stride_angles_t + i_h * stride_angles_h) + o_n, mask=o_n < NR, other=0.0).to(tl.float32)
+        theta = tl.load(
+            angles
+            + (
+                i_b.to(tl.int64) * stride_angles_b
+                + tl.cast(i_t, tl.int64) * stride_angles_t
+                + i_h * stride_angles_h
             )
+            + o_n,
+            mask=o_n < NR,
+            other=0.0,
+        ).to(tl.float32)
         cos = tl.cos(theta)
         sin = tl.sin(theta)
-        # (b, t, rank 0, g) of q
-        src = ((i_b.to(tl.int64) * stride_q_b + tl.cast(i_t, tl.int64) * stride_q_t + i_g *
-            stride_q_g))
-        src_k = ((i_b.to(tl.int64) * stride_k_b + tl.cast(i_t, tl.int64) * stride_k_t + i_g *
-            stride_k_g))
+        src = (
+            i_b.to(tl.int64) * stride_q_b + tl.cast(i_t, tl.int64) * stride_q_t + i_g * stride_q_g
+        )  # (b, t, rank 0, g) of q
+        src_k = (
+            i_b.to(tl.int64) * stride_k_b + tl.cast(i_t, tl.int64) * stride_k_t + i_g * stride_k_g
+        )
         dst = (i_bh.to(tl.int64) * T + i_t) * R * N  # (b, h, t, rank 0)
         for r in tl.static_range(R):
             p_in = src + r * stride_q_r + o_n
             p_kin = src_k + r * stride_k_r + o_n
             p_bias = (i_h * R + r) * N + o_n
             q_lo = tl.load(q + p_in).to(tl.float32) + tl.load(q_bias + p_bias).to(tl.float32)
-            q_hi = (tl.load(q + p_in + HALF).to(tl.float32) + tl.load(q_bias + p_bias + HALF).to(tl.
-                float32))
+            q_hi = tl.load(q + p_in + HALF).to(tl.float32) + tl.load(q_bias + p_bias + HALF).to(
+                tl.float32
+            )
             k_lo = tl.load(k + p_kin).to(tl.float32) + tl.load(k_bias + p_bias).to(tl.float32)
-            k_hi = (tl.load(k + p_kin + HALF).to(tl.float32) + tl.load(k_bias + p_bias + HALF).to(tl
-                .float32))
+            k_hi = tl.load(k + p_kin + HALF).to(tl.float32) + tl.load(k_bias + p_bias + HALF).to(
+                tl.float32
+            )
             q_rot_lo = cos * q_lo - sin * q_hi
             q_rot_hi = sin * q_lo + cos * q_hi
             k_rot_lo = cos * k_lo - sin * k_hi
@@ -224,11 +246,13 @@ def mamba3_mimo_bwd_fwd_qkdot_kernel(
     # Ascend).
     for i_t in range(i_c * C, i_c * C + C):
         tok = (i_b * T + i_t).to(tl.int64)
-        src = ((i_b.to(tl.int64) * stride_q_b + tl.cast(i_t, tl.int64) * stride_q_t + i_g *
-            stride_q_g))
+        src = i_b.to(tl.int64) * stride_q_b + tl.cast(i_t, tl.int64) * stride_q_t + i_g * stride_q_g
         # The R biased keys of this token, one per row.
-        p_k = ((i_b.to(tl.int64) * stride_k_b + tl.cast(i_t, tl.int64) * stride_k_t + i_g *
-            stride_k_g) + o_r[:, None] * stride_k_r + o_n[None, :])
+        p_k = (
+            (i_b.to(tl.int64) * stride_k_b + tl.cast(i_t, tl.int64) * stride_k_t + i_g * stride_k_g)
+            + o_r[:, None] * stride_k_r
+            + o_n[None, :]
+        )
         p_kb = (i_h * R + o_r[:, None]) * N + o_n[None, :]
         b_k = tl.load(k + p_k, mask=m_r[:, None], other=0.0).to(tl.float32)
         b_k += tl.load(k_bias + p_kb, mask=m_r[:, None], other=0.0).to(tl.float32)
@@ -282,8 +306,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     stride_z_h,
 ):
     """One program per b * h, walking the chunks in order: stores the entering state,
-    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the
-    state."""
+    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the state.
+    """
     tl.static_assert(BR >= R)
     BP: tl.constexpr = P
     i_p = 0
@@ -305,8 +329,10 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     acc_z = tl.zeros([BR, BP], dtype=tl.float32)
     for i_c in range(NC):
         t0 = i_c * C
-        tl.store(states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
-                 b_s.to(states.dtype.element_ty))
+        tl.store(
+            states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
+            b_s.to(states.dtype.element_ty),
+        )
         p_tok = bh * T + t0 + o_t  # [C] in [B,H,T]
         b_dacs = tl.load(da_cs + p_tok).to(tl.float32)
         b_rev = tl.load(da_cs_rev + p_tok).to(tl.float32)
@@ -323,17 +349,41 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
         b_wk = tl.exp(b_rev) * b_ts  # key weight in the state update
         tok = (i_b * T + t0 + o_t).to(tl.int64)  # [C] in [B,T]
         p_x = (tok[:, None] * H + i_h) * P + o_p[None, :]  # [C, BP] in [B,T,H,P]
-        b_v = (tl.load(v + (i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t + i_h
-            * stride_v_h) + o_t[:, None] * stride_v_t + o_p[None, :]).to(tl.float32))
-        go = (tl.load(dout + (i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) *
-            stride_dout_t + i_h * stride_dout_h) + o_t[:, None] * stride_dout_t + o_p[None, :]).to(
-            tl.float32))
+        b_v = tl.load(
+            v
+            + (
+                i_b.to(tl.int64) * stride_v_b
+                + tl.cast(t0, tl.int64) * stride_v_t
+                + i_h * stride_v_h
+            )
+            + o_t[:, None] * stride_v_t
+            + o_p[None, :]
+        ).to(tl.float32)
+        go = tl.load(
+            dout
+            + (
+                i_b.to(tl.int64) * stride_dout_b
+                + tl.cast(t0, tl.int64) * stride_dout_t
+                + i_h * stride_dout_h
+            )
+            + o_t[:, None] * stride_dout_t
+            + o_p[None, :]
+        ).to(tl.float32)
         if HAS_Z:
-            zt = (tl.load(z + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t +
-                i_h * stride_z_h) + o_t[:, None] * stride_z_t + o_p[None, :]).to(tl.float32))
+            zt = tl.load(
+                z
+                + (
+                    i_b.to(tl.int64) * stride_z_b
+                    + tl.cast(t0, tl.int64) * stride_z_t
+                    + i_h * stride_z_h
+                )
+                + o_t[:, None] * stride_z_t
+                + o_p[None, :]
+            ).to(tl.float32)
             dz_acc = tl.zeros([C, BP], dtype=tl.float32)
-        # [C, N], rank 0 of q_rot / k_rot
-        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]
+        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[
+            None, :
+        ]  # [C, N], rank 0 of q_rot / k_rot
         for r in tl.static_range(R):
             b_q = tl.load(q_rot + p_rk + r * N)
             y = _mm(b_q * b_edc[:, None], b_s, MIN_DOT, DOT_PRECISION)
@@ -342,8 +392,11 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
                 b_k = tl.load(k_rot + p_rk + s * N)
                 b_seg = tl.load(segsum + p_seg).to(tl.float32)
                 b_a = _mm(b_q, tl.trans(b_k), MIN_DOT, DOT_PRECISION)
-                b_a = (tl.where(m_strict, b_a * tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None,
-                    :], tl.where(m_diag, b_a * b_gamma[:, None], 0.0)))
+                b_a = tl.where(
+                    m_strict,
+                    b_a * tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
+                    tl.where(m_diag, b_a * b_gamma[:, None], 0.0),
+                )
                 psi = tl.load(mimo_v + phi_base + s * P + o_p).to(tl.float32)
                 y += _mm(b_a, b_v * psi[None, :], MIN_DOT, DOT_PRECISION)
             if HAS_D:
@@ -432,15 +485,42 @@ def _strides(**tensors):
         dims = "btrg" if name in ("q", "k") else "bth"
         if t is not None and t.stride(-1) != 1:
             raise ValueError(
-                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}")
-        out.update({f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims
-            )})
+                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}"
+            )
+        out.update(
+            {f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims)}
+        )
     return out
 
 
-def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-          mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-          num_programs, point):
+def _plan(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches, plus the (destination, padded source) copies that follow them."""
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -449,7 +529,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     copies = []
     if S % C:
         dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum = _pad_to_chunks(
-            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum)
+            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum
+        )
         T = q.shape[1]
         qk_full = torch.empty((B, H, T, R, R), dtype=qk_dot.dtype, device=qk_dot.device)
         copies.append((qk_dot, qk_full[:, :, :S]))
@@ -468,29 +549,125 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     k_rot = torch.empty((B, H, T, R, N), dtype=torch.float32, device=dev)
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
     calls = []
-    calls.append((mamba3_mimo_bwd_fwd_rotary_kernel, (NC, B * H), dict(
-        q=q, k=k, q_bias=q_bias, k_bias=k_bias, angles=angles, q_rot=q_rot, k_rot=k_rot, T=T, H=H,
-        HG=HG, R=R, G=G, N=N, NR=NR, C=C, **_strides(q=q, k=k, angles=angles)), options))
-    calls.append((mamba3_mimo_bwd_fwd_qkdot_kernel, (NC, B * H), dict(q=q, k=k, q_bias=q_bias,
-        k_bias=k_bias, qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, BR=BR, C=C, ** _strides(q=q,
-        k=k)), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_rotary_kernel,
+            (NC, B * H),
+            dict(
+                q=q,
+                k=k,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                angles=angles,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                T=T,
+                H=H,
+                HG=HG,
+                R=R,
+                G=G,
+                N=N,
+                NR=NR,
+                C=C,
+                **_strides(q=q, k=k, angles=angles),
+            ),
+            options,
+        )
+    )
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_qkdot_kernel,
+            (NC, B * H),
+            dict(
+                q=q,
+                k=k,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                qk_dot=qk_dot,
+                T=T,
+                H=H,
+                HG=HG,
+                R=R,
+                G=G,
+                N=N,
+                BR=BR,
+                C=C,
+                **_strides(q=q, k=k),
+            ),
+            options,
+        )
+    )
     scan_grid = (B * H,)
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(
-        dout=dout, v=v, mimo_v=mimo_v, mimo_o=mimo_o, mimo_z=mimo_z if has_z else None,
-        d=d, z=z if has_z else None, q_rot=q_rot, k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev,
-        dt=dt, trap=trap,
-        segsum=segsum, states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None,
-        dz=dz if has_z else None, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR,
-        HAS_Z = has_z, HAS_D = d is not None, MIN_DOT = _min_dot(), DOT_PRECISION=point.get(
-            "DOT_PRECISION", "ieee"),
-        **_strides(dout=dout, v=v, z=z)),
-        options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_scan_kernel,
+            scan_grid,
+            dict(
+                dout=dout,
+                v=v,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                mimo_z=mimo_z if has_z else None,
+                d=d,
+                z=z if has_z else None,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                da_cs=da_cs,
+                da_cs_rev=da_cs_rev,
+                dt=dt,
+                trap=trap,
+                segsum=segsum,
+                states=states,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                dz=dz if has_z else None,
+                T=T,
+                H=H,
+                R=R,
+                N=N,
+                P=P,
+                C=C,
+                BR=BR,
+                HAS_Z=has_z,
+                HAS_D=d is not None,
+                MIN_DOT=_min_dot(),
+                DOT_PRECISION=point.get("DOT_PRECISION", "ieee"),
+                **_strides(dout=dout, v=v, z=z),
+            ),
+            options,
+        )
+    )
     return calls, copies
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -505,18 +682,93 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
             dots; defaults to ieee) and the launch options num_warps, num_stages
             (absent under the interpreter).
     """
-    return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point)[0]
+    return _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-    num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-        rotary_dim_divisor, num_programs, point))
+    calls, copies = _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:

@@ -20,6 +20,7 @@ inputs and the outputs are contiguous. It has no tuning records: it runs the poi
 contiguous module of post_dynamic_fused.
 
 """
+
 import torch
 import triton
 import triton.language as tl
@@ -35,13 +36,22 @@ def _mm(a, b, MIN_DOT: tl.constexpr, PRECISION: tl.constexpr):
         if PRECISION == "tf32x3_split":
             a_hi, a_lo = _parts(a, PRECISION)
             b_hi, b_lo = _parts(b, PRECISION)
-            return (_dot(a_hi, a_lo, b_hi, b_lo, tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32
-                ), MIN_DOT, PRECISION))
+            return _dot(
+                a_hi,
+                a_lo,
+                b_hi,
+                b_lo,
+                tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32),
+                MIN_DOT,
+                PRECISION,
+            )
         else:
             return tl.dot(a, b, input_precision=PRECISION)
     else:
-        return (tl.sum(tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.
-            shape[1]]), axis=1))
+        return tl.sum(
+            tl.reshape(a, [a.shape[0], a.shape[1], 1]) * tl.reshape(b, [1, b.shape[0], b.shape[1]]),
+            axis=1,
+        )
 
 
 @triton.jit
@@ -101,8 +111,9 @@ def _dsilu(zt, zeta, u, sig):
     plain = sig * (1.0 + u * (1.0 - sig))
     z_hi, z_lo = _split(zt)
     w_hi, w_lo = _split(zeta)
-    d = ((z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)) \
-        - 1.2979282537628478e-08
+    d = (
+        (z_hi * w_hi - (-1.2784645557403564)) + ((z_hi * w_lo + z_lo * w_hi) + z_lo * w_lo)
+    ) - 1.2979282537628478e-08
     near = tl.abs(d) < 0.5
     d = tl.where(near, d, 0.0)  # lanes that take the plain form get a harmless d
     ed = tl.exp(d)
@@ -170,16 +181,30 @@ def mamba3_mimo_bwd_fwd_pre_kernel(
     tl.store(disc + (bh * 2 + 1) * T + o_t, b_ts)
     # Rotation angles [C, N/2]; dims past NR pass through (cos 1, sin 0).
     o_u = tl.arange(0, C)  # token within the chunk
-    theta = (tl.load(angles + (i_b.to(tl.int64) * stride_angles_b + tl.cast(i_c * C, tl.int64) *
-        stride_angles_t + i_h * stride_angles_h) + o_u[:, None] * stride_angles_t + o_n[None, :],
-        mask=o_n[None, :] < NR, other=0.0).to(tl.float32))
+    theta = tl.load(
+        angles
+        + (
+            i_b.to(tl.int64) * stride_angles_b
+            + tl.cast(i_c * C, tl.int64) * stride_angles_t
+            + i_h * stride_angles_h
+        )
+        + o_u[:, None] * stride_angles_t
+        + o_n[None, :],
+        mask=o_n[None, :] < NR,
+        other=0.0,
+    ).to(tl.float32)
     cos = tl.cos(theta)
     sin = tl.sin(theta)
-    # [C, N/2], rank 0 of q
-    src = ((i_b.to(tl.int64) * stride_q_b + tl.cast(i_c * C, tl.int64) * stride_q_t + i_g *
-        stride_q_g) + o_u[:, None] * stride_q_t + o_n[None, :])
-    src_k = ((i_b.to(tl.int64) * stride_k_b + tl.cast(i_c * C, tl.int64) * stride_k_t + i_g *
-        stride_k_g) + o_u[:, None] * stride_k_t + o_n[None, :])
+    src = (
+        (i_b.to(tl.int64) * stride_q_b + tl.cast(i_c * C, tl.int64) * stride_q_t + i_g * stride_q_g)
+        + o_u[:, None] * stride_q_t
+        + o_n[None, :]
+    )  # [C, N/2], rank 0 of q
+    src_k = (
+        (i_b.to(tl.int64) * stride_k_b + tl.cast(i_c * C, tl.int64) * stride_k_t + i_g * stride_k_g)
+        + o_u[:, None] * stride_k_t
+        + o_n[None, :]
+    )
     dst = (bh * T + o_t[:, None]) * R * N + o_n[None, :]
     for r in range(R):
         b_qb = tl.load(q_bias + (i_h * R + r) * N + o_n).to(tl.float32)
@@ -251,8 +276,8 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     stride_z_h,
 ):
     """One program per (P block, b * h), walking the chunks in order: stores the entering state,
-    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the
-    state."""
+    recomputes raw_y rank by rank, accumulates the Phi / Zeta / z gradients and updates the state.
+    """
     tl.static_assert(BR >= R)
     tl.static_assert(P % BLOCK_P == 0)
     BP: tl.constexpr = BLOCK_P
@@ -274,26 +299,41 @@ def mamba3_mimo_bwd_fwd_scan_kernel(
     acc_z = tl.zeros([BR, BP], dtype=tl.float32)
     for i_c in range(NC):
         t0 = i_c * C
-        tl.store(states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
-                 b_s.to(states.dtype.element_ty))
+        tl.store(
+            states + ((bh * NC + i_c) * N + o_n[:, None]) * P + o_p[None, :],
+            b_s.to(states.dtype.element_ty),
+        )
         p_tok = bh * T + t0 + o_t  # [C] in [B,H,T]
         b_dacs = tl.load(da_cs + p_tok).to(tl.float32)
         b_rev = tl.load(da_cs_rev + p_tok).to(tl.float32)
         b_last = tl.load(da_cs + bh * T + t0 + C - 1).to(tl.float32)
         b_gamma = tl.load(disc + bh * 2 * T + t0 + o_t)
         b_ts = tl.load(disc + (bh * 2 + 1) * T + t0 + o_t)
-        b_seg = (tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(tl.
-            float32))
-        b_w = tl.where(m_strict, tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
-                       tl.where(m_diag, b_gamma[:, None], 0.0))
+        b_seg = tl.load(segsum + (bh * NC + i_c) * C * C + o_t[:, None] * C + o_t[None, :]).to(
+            tl.float32
+        )
+        b_w = tl.where(
+            m_strict,
+            tl.exp(tl.where(m_strict, b_seg, 0.0)) * b_ts[None, :],
+            tl.where(m_diag, b_gamma[:, None], 0.0),
+        )
         b_edc = tl.exp(b_dacs)
         b_wk = tl.exp(b_rev) * b_ts  # key weight in the state update
         tok = (i_b * T + t0 + o_t).to(tl.int64)  # [C] in [B,T]
         p_x = (tok[:, None] * H + i_h) * P + o_p[None, :]  # [C, BP] in [B,T,H,P]
-        b_v = (tl.load(v + (i_b.to(tl.int64) * stride_v_b + tl.cast(t0, tl.int64) * stride_v_t + i_h
-            * stride_v_h) + o_t[:, None] * stride_v_t + o_p[None, :]).to(tl.float32))
-        # [C, N], rank 0 of q_rot / k_rot
-        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[None, :]
+        b_v = tl.load(
+            v
+            + (
+                i_b.to(tl.int64) * stride_v_b
+                + tl.cast(t0, tl.int64) * stride_v_t
+                + i_h * stride_v_h
+            )
+            + o_t[:, None] * stride_v_t
+            + o_p[None, :]
+        ).to(tl.float32)
+        p_rk = (bh * T + t0 + o_t[:, None]) * R * N + o_n[
+            None, :
+        ]  # [C, N], rank 0 of q_rot / k_rot
         for r in range(R):
             b_q = tl.load(q_rot + p_rk + r * N)
             # Inter-chunk term from the entering state.
@@ -358,11 +398,27 @@ def mamba3_mimo_bwd_fwd_post_kernel(
     phi_base = i_h * R * P
     tok = (i_b * T + t0 + o_t).to(tl.int64)
     p_x = (tok[:, None] * H + i_h) * P + o_p[None, :]
-    go = (tl.load(dout + (i_b.to(tl.int64) * stride_dout_b + tl.cast(t0, tl.int64) * stride_dout_t +
-        i_h * stride_dout_h) + o_t[:, None] * stride_dout_t + o_p[None, :]).to(tl.float32))
+    go = tl.load(
+        dout
+        + (
+            i_b.to(tl.int64) * stride_dout_b
+            + tl.cast(t0, tl.int64) * stride_dout_t
+            + i_h * stride_dout_h
+        )
+        + o_t[:, None] * stride_dout_t
+        + o_p[None, :]
+    ).to(tl.float32)
     if HAS_Z:
-        zt = (tl.load(z + (i_b.to(tl.int64) * stride_z_b + tl.cast(t0, tl.int64) * stride_z_t + i_h
-            * stride_z_h) + o_t[:, None] * stride_z_t + o_p[None, :]).to(tl.float32))
+        zt = tl.load(
+            z
+            + (
+                i_b.to(tl.int64) * stride_z_b
+                + tl.cast(t0, tl.int64) * stride_z_t
+                + i_h * stride_z_h
+            )
+            + o_t[:, None] * stride_z_t
+            + o_p[None, :]
+        ).to(tl.float32)
         dz_acc = tl.zeros([C, BP], dtype=tl.float32)
     acc_o = tl.zeros([BR, BP], dtype=tl.float32)
     acc_z = tl.zeros([BR, BP], dtype=tl.float32)
@@ -479,15 +535,42 @@ def _strides(**tensors):
         dims = "btrg" if name in ("q", "k") else "bth"
         if t is not None and t.stride(-1) != 1:
             raise ValueError(
-                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}")
-        out.update({f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims
-            )})
+                f"{name}: the strided kernels need a last stride of 1, got {t.stride()}"
+            )
+        out.update(
+            {f"stride_{name}_{d}": 0 if t is None else t.stride(i) for i, d in enumerate(dims)}
+        )
     return out
 
 
-def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap, segsum,
-          mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-          num_programs, point):
+def _plan(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches, plus the (destination, padded source) copies that follow them."""
     B, S, R, G, N = q.shape
     H, P = v.shape[2], v.shape[3]
@@ -496,7 +579,8 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     copies = []
     if S % C:
         dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum = _pad_to_chunks(
-            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum)
+            C, dout, q, k, v, angles, z, dt, trap, da_cs, da_cs_rev, segsum
+        )
         T = q.shape[1]
         qk_full = torch.empty((B, H, T, R, R), dtype=qk_dot.dtype, device=qk_dot.device)
         copies.append((qk_dot, qk_full[:, :, :S]))
@@ -516,39 +600,158 @@ def _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_re
     options = {name: point[name] for name in LAUNCH_OPTIONS if name in point}
     calls = []
     disc = torch.empty((B, H, 2, T), dtype=torch.float32, device=dev)
-    calls.append((mamba3_mimo_bwd_fwd_pre_kernel, (NC, B * H), dict(q=q, k=k, q_bias=q_bias,
-        k_bias=k_bias, angles=angles, dt=dt, trap=trap, q_rot=q_rot, k_rot=k_rot, disc=disc,
-        qk_dot=qk_dot, T=T, H=H, HG=HG, R=R, G=G, N=N, NR=NR, C=C, ** _strides(q=q, k=k,
-        angles=angles)), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_pre_kernel,
+            (NC, B * H),
+            dict(
+                q=q,
+                k=k,
+                q_bias=q_bias,
+                k_bias=k_bias,
+                angles=angles,
+                dt=dt,
+                trap=trap,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                disc=disc,
+                qk_dot=qk_dot,
+                T=T,
+                H=H,
+                HG=HG,
+                R=R,
+                G=G,
+                N=N,
+                NR=NR,
+                C=C,
+                **_strides(q=q, k=k, angles=angles),
+            ),
+            options,
+        )
+    )
     BLOCK_P = min(int(point.get("BLOCK_P", P)), P)
     scan_grid = (P // BLOCK_P, B * H)
-    # raw_y for the post kernels
-    ybuf = torch.empty((B, H, T, R, P), dtype=torch.float32, device=dev)
-    calls.append((mamba3_mimo_bwd_fwd_scan_kernel, scan_grid, dict(
-        dout=dout, v=v, mimo_v=mimo_v, mimo_o=mimo_o, mimo_z=mimo_z if has_z else None,
-        d=d, z=z if has_z else None, q_rot=q_rot, k_rot=k_rot, da_cs=da_cs, da_cs_rev=da_cs_rev,
-        disc=disc,
-        segsum=segsum, states=states, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None,
-        dz=dz if has_z else None, ybuf=ybuf, T=T, H=H, R=R, N=N, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P,
-        HAS_Z = has_z, HAS_D = d is not None, MIN_DOT = _min_dot(), DOT_PRECISION=point.get(
-            "DOT_PRECISION", "ieee"),
-        **_strides(dout=dout, v=v, z=z)),
-        options))
+    ybuf = torch.empty(
+        (B, H, T, R, P), dtype=torch.float32, device=dev
+    )  # raw_y for the post kernels
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_scan_kernel,
+            scan_grid,
+            dict(
+                dout=dout,
+                v=v,
+                mimo_v=mimo_v,
+                mimo_o=mimo_o,
+                mimo_z=mimo_z if has_z else None,
+                d=d,
+                z=z if has_z else None,
+                q_rot=q_rot,
+                k_rot=k_rot,
+                da_cs=da_cs,
+                da_cs_rev=da_cs_rev,
+                disc=disc,
+                segsum=segsum,
+                states=states,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                dz=dz if has_z else None,
+                ybuf=ybuf,
+                T=T,
+                H=H,
+                R=R,
+                N=N,
+                P=P,
+                C=C,
+                BR=BR,
+                BLOCK_P=BLOCK_P,
+                HAS_Z=has_z,
+                HAS_D=d is not None,
+                MIN_DOT=_min_dot(),
+                DOT_PRECISION=point.get("DOT_PRECISION", "ieee"),
+                **_strides(dout=dout, v=v, z=z),
+            ),
+            options,
+        )
+    )
     part_o = torch.empty((B, H, NC, BR, P), dtype=torch.float32, device=dev)
     part_z = torch.empty((B, H, NC, BR, P), dtype=torch.float32, device=dev) if has_z else None
-    calls.append((mamba3_mimo_bwd_fwd_post_kernel, (P // BLOCK_P, NC, B * H), dict(dout=dout, z=z if
-        has_z else None, mimo_o=mimo_o, mimo_z=mimo_z if has_z else None, ybuf=ybuf, part_o=part_o,
-        part_z=part_z, dz=dz if has_z else None, T=T, H=H, R=R, P=P, C=C, BR=BR, BLOCK_P=BLOCK_P,
-        HAS_Z=has_z, ** _strides(dout=dout, z=z)), options))
-    calls.append((mamba3_mimo_bwd_fwd_reduce_kernel, (P // BLOCK_P, B * H), dict(part_o=part_o,
-        part_z=part_z, dmimo_o=dmimo_o, dmimo_z=dmimo_z if has_z else None, NC=NC, R=R, P=P, BR=BR,
-        BLOCK_P=BLOCK_P, HAS_Z=has_z), options))
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_post_kernel,
+            (P // BLOCK_P, NC, B * H),
+            dict(
+                dout=dout,
+                z=z if has_z else None,
+                mimo_o=mimo_o,
+                mimo_z=mimo_z if has_z else None,
+                ybuf=ybuf,
+                part_o=part_o,
+                part_z=part_z,
+                dz=dz if has_z else None,
+                T=T,
+                H=H,
+                R=R,
+                P=P,
+                C=C,
+                BR=BR,
+                BLOCK_P=BLOCK_P,
+                HAS_Z=has_z,
+                **_strides(dout=dout, z=z),
+            ),
+            options,
+        )
+    )
+    calls.append(
+        (
+            mamba3_mimo_bwd_fwd_reduce_kernel,
+            (P // BLOCK_P, B * H),
+            dict(
+                part_o=part_o,
+                part_z=part_z,
+                dmimo_o=dmimo_o,
+                dmimo_z=dmimo_z if has_z else None,
+                NC=NC,
+                R=R,
+                P=P,
+                BR=BR,
+                BLOCK_P=BLOCK_P,
+                HAS_Z=has_z,
+            ),
+            options,
+        )
+    )
     return calls, copies
 
 
-def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point):
+def kernel_calls(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """The launches of one call, in order: [(kernel, grid, kwargs with every parameter, options)].
 
     Args:
@@ -563,18 +766,93 @@ def kernel_calls(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, d
             dots; defaults to ieee) and the launch options multibuffer
             (absent under the interpreter).
     """
-    return _plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-                 segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-                 rotary_dim_divisor, num_programs, point)[0]
+    return _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )[0]
 
 
-def launch(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev, dt, trap,
-    segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size, rotary_dim_divisor,
-    num_programs, point):
+def launch(
+    dout,
+    q,
+    k,
+    v,
+    q_bias,
+    k_bias,
+    mimo_v,
+    mimo_o,
+    angles,
+    da_cs,
+    da_cs_rev,
+    dt,
+    trap,
+    segsum,
+    mimo_z,
+    d,
+    z,
+    states,
+    qk_dot,
+    dmimo_o,
+    dmimo_z,
+    dz,
+    chunk_size,
+    rotary_dim_divisor,
+    num_programs,
+    point,
+):
     """Run the launches in order, then copy padded outputs back (a sequence tail only)."""
-    calls, copies = (_plan(dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, da_cs, da_cs_rev,
-        dt, trap, segsum, mimo_z, d, z, states, qk_dot, dmimo_o, dmimo_z, dz, chunk_size,
-        rotary_dim_divisor, num_programs, point))
+    calls, copies = _plan(
+        dout,
+        q,
+        k,
+        v,
+        q_bias,
+        k_bias,
+        mimo_v,
+        mimo_o,
+        angles,
+        da_cs,
+        da_cs_rev,
+        dt,
+        trap,
+        segsum,
+        mimo_z,
+        d,
+        z,
+        states,
+        qk_dot,
+        dmimo_o,
+        dmimo_z,
+        dz,
+        chunk_size,
+        rotary_dim_divisor,
+        num_programs,
+        point,
+    )
     for kernel, grid, kwargs, options in calls:
         kernel[grid](**kwargs, **options)
     for dst, src in copies:
