@@ -86,6 +86,23 @@ def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[s
                       measure_plan(spec, chip, buckets(spec, rows), tuned, earlier, pending, left_out)])
 
 
+def _check_tune_options(args: argparse.Namespace, chip: ChipProfile) -> None:
+    """Refuse, before any work (a dry run too), a device of another kind than the chip's and an
+    option that goes only with one not given."""
+    from ..errors import UsageError
+
+    kind = {"interpreter": "cpu"}.get(chip.backend, chip.backend)
+    for device in [args.device] if args.device else (args.devices or "").split(",") if args.devices else []:
+        if device.split(":")[0] != kind:
+            raise UsageError(f"--device {device}: chip {chip.name} is tuned on {kind} devices")
+    if args.remeasure and not args.measure_fill:
+        raise UsageError("--remeasure goes with --measure-fill")
+    if args.shard:
+        from ..tune.shard import parse_shard
+
+        parse_shard(args.shard)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
@@ -99,6 +116,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     root = project_root(args)
     spec = op_spec(root, args.op)
     chip = profile(args.chip)
+    _check_tune_options(args, chip)
     rows = only_cases(spec.expand_cases(args.cases), args.case, args.cases)
     variants = args.variants.split(",") if args.variants else None
     plans = plan(spec, chip, rows, variants)
