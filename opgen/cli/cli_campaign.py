@@ -92,9 +92,8 @@ def _check_tune_options(args: argparse.Namespace, chip: ChipProfile) -> None:
     from ..errors import UsageError
 
     kind = {"interpreter": "cpu"}.get(chip.backend, chip.backend)
-    for device in [args.device] if args.device else (args.devices or "").split(",") if args.devices else []:
-        if device.split(":")[0] != kind:
-            raise UsageError(f"--device {device}: chip {chip.name} is tuned on {kind} devices")
+    if args.device and args.device.split(":")[0] != kind:  # (--devices: each shard's device is pinned apart)
+        raise UsageError(f"--device {args.device}: chip {chip.name} is tuned on {kind} devices")
     if args.remeasure and not args.measure_fill:
         raise UsageError("--remeasure goes with --measure-fill")
     if args.shard:
