@@ -91,9 +91,9 @@ def _check_tune_options(args: argparse.Namespace, chip: ChipProfile) -> None:
     option that goes only with one not given."""
     from ..errors import UsageError
 
-    kind = {"interpreter": "cpu"}.get(chip.backend, chip.backend)
-    if args.device and args.device.split(":")[0] != kind:  # (--devices: each shard's device is pinned apart)
-        raise UsageError(f"--device {args.device}: chip {chip.name} is tuned on {kind} devices")
+    # (the interpreter takes any device name: its shards stand for devices, on the CPU)
+    if args.device and chip.backend != "interpreter" and args.device.split(":")[0] != chip.backend:
+        raise UsageError(f"--device {args.device}: chip {chip.name} is tuned on {chip.backend} devices")
     if args.remeasure and not args.measure_fill:
         raise UsageError("--remeasure goes with --measure-fill")
     if args.shard:
