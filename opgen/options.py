@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 # The password of an URL runs to its last '@' (one holding a raw '@' is masked whole), and a
-# ``password=`` parameter of its query to the next separator.
-_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'\"]*:)[^\s'\"]*@")
+# ``password=`` parameter of its query to the next separator. An URL taken for a path has one slash
+# after its scheme (``postgresql:/user:password@host``): masked too.
+_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*:/+[^\s:/@'\"]*:)[^\s'\"]*@")
 _QUERY_PASSWORD = re.compile(r"([?&;]password=)[^\s&;'\"]*", re.IGNORECASE)
 
 
@@ -105,10 +106,20 @@ def date(text: str) -> str:
     return text
 
 
+_DEVICE = re.compile(r"[a-z][a-z0-9_]*(:\d{1,6})?")
+
+
+def device(text: str) -> str:
+    """A torch device name as written: a type and optionally ``:`` and an index (``cuda:0``, ``cpu``)."""
+    if not _DEVICE.fullmatch(text.strip()):
+        raise _refuse("a device name (cuda:0, npu:1, cpu)", text)
+    return text.strip()
+
+
 def device_list(text: str) -> str:
     """Comma-separated device names, none empty and none twice (``cuda:0,cuda:1``): two shards on
     one device would time each other's kernels."""
-    if not text.strip() or any(not d.strip() for d in text.split(",")):
+    if not text.strip() or any(not _DEVICE.fullmatch(d.strip()) for d in text.split(",")):
         raise _refuse("comma-separated device names (cuda:0,cuda:1), none empty", text)
     return _once([d.strip() for d in text.split(",")], text)
 

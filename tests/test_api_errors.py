@@ -121,3 +121,17 @@ def test_a_row_takes_the_tunables_its_variant_fixes_at_the_call(x, monkeypatch, 
     inputs = make_inputs(1, 40, 2, K, 32, 32, dtype=torch.float16, seed=0)
     _call(x, **{k: inputs[k] for k in ("q", "v", "g", "A", "h")})
     assert launched == [{**row[1], "BK": BK}] and row[1]["BK"] == 32
+
+
+def test_a_sparse_tensor_is_refused_after_a_call_of_its_shape_was_seen(x):
+    with torch.no_grad():
+        _call(x, h=x["h"].transpose(-1, -2).contiguous().transpose(-1, -2))  # a strided h's signature, seen
+        with pytest.raises(TypeError, match=r"^chunk_gla_fwd_o_gk: h must be a dense tensor .*got torch\.sparse_coo"):
+            _call(x, h=x["h"].to_sparse())
+
+
+@pytest.mark.parametrize("name", ["q", "A"])
+def test_shapes_are_checked_before_a_strided_view_is_copied(x, name):
+    huge = x[name].reshape(-1)[:1].expand(2 ** 40, *x[name].shape[1:])  # every stride 0: a copy of petabytes
+    with pytest.raises(ValueError, match=r"^chunk_gla_fwd_o_gk: \w+\.shape\[0\] must be B = "):
+        _call(x, **{name: huge})

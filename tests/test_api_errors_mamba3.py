@@ -60,3 +60,11 @@ def test_stage0_baseline_runs_the_forced_variant(x):
     gold = golden(**x)
     for name, out in (("states", states), ("qk_dot", qk_dot), ("dmimo_o", dmimo_o), ("dz", dz)):
         torch.testing.assert_close(out.double(), gold[name], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["q_bias", "segsum", "d"])
+def test_sparse_tensors_copied_when_strided_are_refused_by_name(x, name):
+    with torch.no_grad():
+        mamba3_mimo_bwd_fwd(**{**x, name: x[name].transpose(0, -1).contiguous().transpose(0, -1)})  # seen
+        with pytest.raises(TypeError, match=f"^mamba3_mimo_bwd_fwd: {name} must be a dense tensor"):
+            mamba3_mimo_bwd_fwd(**{**x, name: x[name].to_sparse()})

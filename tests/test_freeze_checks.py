@@ -50,19 +50,27 @@ def _build(root, capsys):
     return text, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("point, median, why", [
-    ({"BLOCK": 24}, 0.5, "BLOCK 24 is not in its domain [16, 32, 64, 128]"),
-    ({"BLOCK": "64"}, 0.5, "BLOCK '64' is not in its domain [16, 32, 64, 128]"),
-    ({"BLOCK": True}, 0.5, "BLOCK True is not in its domain [16, 32, 64, 128]"),
-    ({"BLOCK": 128}, 0.5, "its point violates the constraint BLOCK <= max(16, pow2(N))"),
-    ({"BLOCK": 32}, -1.0, "its median -1 ms is not a time"),
+CASE = {"N": 50, "dtype": "float32"}
+
+
+@pytest.mark.parametrize("point, median, case, why", [
+    ({"BLOCK": 24}, 0.5, CASE, "BLOCK 24 is not in its domain [16, 32, 64, 128]"),
+    ({"BLOCK": "64"}, 0.5, CASE, "BLOCK '64' is not in its domain [16, 32, 64, 128]"),
+    ({"BLOCK": True}, 0.5, CASE, "BLOCK True is not in its domain [16, 32, 64, 128]"),
+    ({"BLOCK": 128}, 0.5, CASE, "its point violates the constraint BLOCK <= max(16, pow2(N))"),
+    ({"BLOCK": 32}, -1.0, CASE, "its median -1 ms is not a time"),
+    ({"BLOCK": 16}, 0.5, {**CASE, "N": 0}, "its case's N 0 is no size"),
+    ({"BLOCK": 16}, 0.5, {**CASE, "ZZ": 1}, "its case names ['ZZ'], no input of toy_op"),
+    ({"BLOCK": 16}, 0.5, {**CASE, "out_dtype": "bfloat16"},
+     "its case's out_dtype 'bfloat16' is not among its choices"),
 ])
-def test_a_winner_outside_the_specs_space_now_is_not_frozen_and_the_reason_is_said(toy, capsys, point, median, why):
+def test_a_winner_outside_the_specs_space_now_is_not_frozen_and_the_reason_is_said(toy, capsys, point, median, case,
+                                                                                   why):
     root, spec, hashes = toy
     good = _winner(spec, hashes, N=3000, BLOCK=32)
     path = root / RECORDS
     path.parent.mkdir(parents=True)
-    path.write_text(_line(good) + "\n" + _line(_winner(spec, hashes), point=point, median_ms=median) + "\n")
+    path.write_text(_line(good) + "\n" + _line(_winner(spec, hashes), point=point, median_ms=median, case=case) + "\n")
     table = frozen_rows(spec, CHIP, path, hashes, fill=False)
     assert [r.key for r in table.rows] == [good.key]
     assert [s.reason for s in table.stale] == [why]

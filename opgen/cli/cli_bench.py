@@ -170,6 +170,8 @@ def cmd_host_time(args: argparse.Namespace) -> int:
         todo.append((spec, spec.expand_cases(args.cases)))
     if not todo:
         raise UsageError(f"no op has a case set {args.cases!r}")
+    if args.backend == "interpreter" and args.device and args.device.split(":")[0] != "cpu":
+        raise UsageError(f"device {args.device!r} is not a cpu device (the interpreter runs on CPU tensors)")
     backend = get_backend(args.backend, args.device)
     host = host_time.host_description(backend)
     if args.backend == "interpreter":

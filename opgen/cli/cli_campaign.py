@@ -86,6 +86,22 @@ def _measure_plan(root: Path, spec: OpSpec, chip: ChipProfile, rows: list[dict[s
                       measure_plan(spec, chip, buckets(spec, rows), tuned, earlier, pending, left_out)])
 
 
+def _check_tune_options(args: argparse.Namespace, chip: ChipProfile) -> None:
+    """Refuse, before any work (a dry run too), a device of another kind than the chip's and an
+    option that goes only with one not given."""
+    from ..errors import UsageError
+
+    # (the interpreter takes any device name: its shards stand for devices, on the CPU)
+    if args.device and chip.backend != "interpreter" and args.device.split(":")[0] != chip.backend:
+        raise UsageError(f"--device {args.device}: chip {chip.name} is tuned on {chip.backend} devices")
+    if args.remeasure and not args.measure_fill:
+        raise UsageError("--remeasure goes with --measure-fill")
+    if args.shard:
+        from ..tune.shard import parse_shard
+
+        parse_shard(args.shard)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     import datetime
 
@@ -99,6 +115,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     root = project_root(args)
     spec = op_spec(root, args.op)
     chip = profile(args.chip)
+    _check_tune_options(args, chip)
     rows = only_cases(spec.expand_cases(args.cases), args.case, args.cases)
     variants = args.variants.split(",") if args.variants else None
     plans = plan(spec, chip, rows, variants)

@@ -39,7 +39,10 @@ def cmd_resources(args: argparse.Namespace) -> int:
     if args.check_budget:
         from ..evidence.resource_checks import check_budget, check_text
 
+        from ..space.plan import known_variants
+
         cases = args.cases or ("bench" if "bench" in spec.cases else next(iter(spec.cases)))
+        known_variants(spec, profile(args.chip), args.variants.split(",") if args.variants else None)
         found = check_budget(root, spec, profile(args.chip), spec.expand_cases(cases), args.sample, args.seed,
                              args.variants.split(",") if args.variants else None, not args.no_choices, args.jobs,
                              args.python, Path(args.cache) if args.cache else None, args.compile_timeout or None)

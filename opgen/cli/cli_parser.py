@@ -46,7 +46,7 @@ def _add_tune(sub: Any) -> None:
                         help="only this case of --cases, by the id the bench tables give it "
                              "(B4-S288-H64-G1-N32-P128-R4-C8-fp16); repeatable")
     tune_p.add_argument("--variants", type=options.names, help="comma-separated variant names (default: all legal)")
-    tune_p.add_argument("--device", help="torch device (default: cuda:0, npu:0 or cpu)")
+    tune_p.add_argument("--device", type=options.device, help="torch device (default: cuda:0, npu:0 or cpu)")
     tune_p.add_argument("--dry-run", action="store_true",
                         help="print the search space and exit (with --trials 0 --measure-fill: the buckets the "
                              "measure step would measure, their candidates, and those an earlier run keeps)")
@@ -108,7 +108,7 @@ def _add_bench(sub: Any) -> None:
                          help="values set in every case (e.g. use_exp2=true for a baseline that computes "
                               "exp2 only); cases made equal by them run once")
     bench_p.add_argument("--backend", default="cuda", choices=("cuda", "npu"))
-    bench_p.add_argument("--device", help="torch device (default: the backend's first)")
+    bench_p.add_argument("--device", type=options.device, help="torch device (default: the backend's first)")
     bench_p.add_argument("--rounds", type=options.positive_int, default=5, help="interleaved rounds")
     bench_p.add_argument("--warmup", type=options.non_negative_int, default=10)
     bench_p.add_argument("--repeat", type=options.positive_int, default=50)
@@ -133,7 +133,7 @@ def _add_host_time(sub: Any) -> None:
     host_p.add_argument("--cases", default="host", help="case set of each spec (default: host)")
     host_p.add_argument("--backend", default="interpreter", choices=("interpreter", "cuda", "npu"),
                         help="where the tensors live (default: interpreter, CPU tensors)")
-    host_p.add_argument("--device", help="torch device (default: the backend's first)")
+    host_p.add_argument("--device", type=options.device, help="torch device (default: the backend's first)")
     host_p.add_argument("--launch", default="none", choices=("none", "real"),
                         help="none: Triton's launch replaced by a no-op (any host); real: the launch itself (a device)")
     host_p.add_argument("--rounds", type=options.positive_int, default=201, help="interleaved rounds")
@@ -167,7 +167,7 @@ def _add_explain(sub: Any) -> None:
                            help="also compile the kernels it runs at this shape for the chip, on this host (as "
                                 "opgen resources: registers, spills, shared memory, occupancy; the Ascend front "
                                 "end's verdict on an NPU chip)")
-    explain_p.add_argument("--python", help="with --compile: a Python whose Triton has the NVIDIA backend")
+    explain_p.add_argument("--python", type=options.file_to_read, help="with --compile: a Python whose Triton has the NVIDIA backend")
     explain_p.set_defaults(func=cmd_explain)
 
 
@@ -189,10 +189,10 @@ def _add_resources(sub: Any) -> None:
     resources_p.add_argument("--chip", required=True)
     resources_p.add_argument("--cases", help="what the table runs on each case of this case set, instead of its choices")
     resources_p.add_argument("--json", action="store_true", help="print the answer as JSON")
-    resources_p.add_argument("--jobs", type=int, help="processes compiling the kernels not cached (default: the CPUs)")
-    resources_p.add_argument("--python", help="a Python whose Triton has the NVIDIA backend, for the compile step")
-    resources_p.add_argument("--cache", help="folder of the cached figures (default: .cache/opgen-resources)")
-    resources_p.add_argument("--compile-timeout", type=float, default=600.0,
+    resources_p.add_argument("--jobs", type=options.positive_int, help="processes compiling the kernels not cached (default: the CPUs)")
+    resources_p.add_argument("--python", type=options.file_to_read, help="a Python whose Triton has the NVIDIA backend, for the compile step")
+    resources_p.add_argument("--cache", type=options.folder_to_write, help="folder of the cached figures (default: .cache/opgen-resources)")
+    resources_p.add_argument("--compile-timeout", type=options.non_negative, default=600.0,
                              help="seconds a kernel may take to compile before it is reported as not compiled "
                                   "(0: no limit)")
     resources_p.add_argument("--check-budget", action="store_true",
@@ -200,12 +200,12 @@ def _add_resources(sub: Any) -> None:
                                   "choices and --sample points a variant drawn from its space at the cases of "
                                   "--cases (default: bench, or the spec's first case set); exit 1 on an "
                                   "underestimate")
-    resources_p.add_argument("--spill-free", type=int, metavar="N",
+    resources_p.add_argument("--spill-free", type=options.positive_int, metavar="N",
                              help="for each choice whose kernels spill, compile the N points of its space nearest it "
                                   "(fewest tunables changed first) at its case, and name the nearest that spills nothing")
     resources_p.add_argument("--keep", type=options.names, help="with --spill-free: tunables held at the choice's values "
                                             "(comma-separated, e.g. CHUNK_MAXNREG,DOT_PRECISION)")
-    resources_p.add_argument("--sample", type=int, default=2, help="with --check-budget: points drawn a variant")
+    resources_p.add_argument("--sample", type=options.positive_int, default=2, help="with --check-budget: points drawn a variant")
     resources_p.add_argument("--seed", type=int, default=0, help="seed of --check-budget's draw and of "
                                                                  "--spill-free's order among points as near")
     resources_p.add_argument("--variants", type=options.names, help="with --check-budget: only these variants (comma-separated)")

@@ -403,9 +403,10 @@ def gather(root: Path, spec: OpSpec, chip: ChipProfile, storage: str | None = No
         raise UsageError(f"nothing to report for {spec.op} on {chip.name}: no {path.relative_to(root)} "
                          f"and no benchmark run of it in {RUNS}")
     hashes = kernel_hashes(root, spec, chip.rendering)
+    # the storage first: one that cannot be read is named before the table is frozen
+    studies = studies_from_storage(spec, chip, storage, hashes) if storage else studies_from_records(spec, chip, path, hashes)
     table = frozen_rows(spec, chip, path, hashes)
     cases = [row for run in runs for row in spec.expand_cases(run.cases, where=run.where)]
-    studies = studies_from_storage(spec, chip, storage, hashes) if storage else studies_from_records(spec, chip, path, hashes)
     return ReviewData(spec, chip, path, table, runs, tuning_campaigns(root, chip, spec),
                       headroom(root, spec, chip, table, cases, hashes), studies, storage,
                       tests_naming(root, spec.op), generated_hash(root, spec.op))

@@ -9,10 +9,11 @@ Uses ``pyformat``, ``errors``.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
@@ -109,6 +110,9 @@ class BoundedEnvironment(SandboxedEnvironment):
                 raise OverflowError(f"an int of {a} bits ** {right}: past {MAX_ITEMS} bits")
         elif operator == "%" and isinstance(left, str):
             _widths(left)
+            given = right if isinstance(right, tuple) else (right,)
+            if "*" in left and any(isinstance(a, int) and abs(a) > MAX_ITEMS for a in given):
+                raise OverflowError(f"a '*' format width past {MAX_ITEMS} in {left[:60]!r}")
         return super().call_binop(context, operator, left, right)
 
     def wrap_str_format(self, value: Any) -> Any:
@@ -117,21 +121,51 @@ class BoundedEnvironment(SandboxedEnvironment):
         if wrapped is None:
             return None
         _widths(value.__self__)
-        return wrapped
+        nested = re.search(r"\{[^{}]*:[^{}]*\{", value.__self__)  # a width given as an argument
+
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            if nested and any(isinstance(a, int) and abs(a) > MAX_ITEMS for a in (*args, *kwargs.values())):
+                raise OverflowError(f"a format width past {MAX_ITEMS} in {value.__self__[:60]!r}")
+            return wrapped(*args, **kwargs)
+        return checked
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        if getattr(__obj, "__self__", None).__class__ is str and getattr(__obj, "__name__", "") in (
-                "center", "ljust", "rjust", "zfill", "expandtabs"):
+        method = getattr(__obj, "__name__", "")
+        if getattr(__obj, "__self__", None).__class__ is str and method in (
+                "center", "ljust", "rjust", "zfill", "expandtabs", "replace"):
             _widths(__obj.__self__)
             if any(isinstance(a, int) and not isinstance(a, bool) and a > MAX_ITEMS for a in args):
-                raise OverflowError(f"str.{__obj.__name__} past {MAX_ITEMS} characters")
+                raise OverflowError(f"str.{method} past {MAX_ITEMS} characters")
+            if method == "replace" and len(args) >= 2 and all(isinstance(a, str) for a in args[:2]):
+                _replaced(__obj.__self__, *args[:2])
         return super().call(__context, __obj, *args, **kwargs)
 
 
-def _center(value: Any, width: int = 80) -> str:
-    if width > MAX_ITEMS:
-        raise OverflowError(f"center({width}) past {MAX_ITEMS} characters")
-    return str(value).center(width)
+def _bounded_filter(name: str, filter_: Callable[..., Any]) -> Callable[..., Any]:
+    """Jinja's filter ``name``, refused where an int argument (a width, a count, a length) passes
+    :data:`MAX_ITEMS` or, for ``format``, the format string's widths do (``'%999999999d' | format``)."""
+    passed = 1 if getattr(filter_, "jinja_pass_arg", None) else 0  # a context or environment first
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        given = args[passed:]
+        ints = [a for a in (*given[1:], *kwargs.values()) if isinstance(a, int) and not isinstance(a, bool)]
+        if any(abs(a) > MAX_ITEMS for a in ints):
+            raise OverflowError(f"{name}({', '.join(map(str, ints))}) past {MAX_ITEMS} characters")
+        if name == "format" and given and isinstance(given[0], str):
+            _widths(given[0])
+        if name == "replace" and len(given) >= 3 and all(isinstance(a, str) for a in given[:3]):
+            _replaced(*given[:3])
+        return filter_(*args, **kwargs)
+    return functools.update_wrapper(bounded, filter_)
+
+
+def _replaced(text: str, old: str, new: str) -> None:
+    """Refuse ``text.replace(old, new)`` where its result could pass :data:`MAX_ITEMS` characters."""
+    if len(text) + (text.count(old) if old else len(text) + 1) * len(new) > MAX_ITEMS:
+        raise OverflowError(f"replace of {len(text)} characters past {MAX_ITEMS} characters")
+
+
+_SIZED_FILTERS = ("center", "indent", "wordwrap", "truncate", "batch", "slice", "format", "replace")
 
 
 def environment(template_dirs: list[Path]) -> jinja2.Environment:
@@ -146,7 +180,8 @@ def environment(template_dirs: list[Path]) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["py"] = py_literal
-    env.filters["center"] = _center
+    for name in _SIZED_FILTERS:
+        env.filters[name] = _bounded_filter(name, env.filters[name])
     env.globals["range"] = bounded_range
     return env
 

@@ -73,12 +73,15 @@ def case_problem(spec: OpSpec, row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _fails(path: str, expr: Expr, env: Mapping[str, Any], where: str = "") -> str | None:
-    """Why ``expr`` (at key path ``path``) cannot be evaluated on ``env``, or None."""
+def _fails(path: str, expr: Expr, env: Mapping[str, Any], where: str = "", truth: bool = False) -> str | None:
+    """Why ``expr`` (at key path ``path``) cannot be evaluated on ``env`` (``truth``: or gives no
+    boolean, a condition's value), or None."""
     try:
-        expr.evaluate(env)
+        value = expr.evaluate(env)
     except ExprError as exc:
         return f"{path} cannot be evaluated{where}: {exc}"
+    if truth and not isinstance(value, bool):
+        return f"{path} gives {value!r}{where}, not a boolean: formula {expr.source!r}"
     return None
 
 
@@ -105,7 +108,7 @@ def shape_problem(spec: OpSpec, params: Mapping[str, Any]) -> str | None:
     formulas += [(path, e) for path, e in (("traffic_bytes", spec.traffic_bytes),
                                            ("sampling.limit", spec.sampling and spec.sampling.limit)) if e]
     for path, expr in formulas:
-        problem = _fails(path, expr, params)
+        problem = _fails(path, expr, params, truth=path.endswith(".when"))
         if problem is not None:
             return problem
     for axis, options in spec.variants.axes.items():
@@ -136,7 +139,7 @@ def point_problem(spec: OpSpec, chip: ChipProfile, params: Mapping[str, Any], de
         if values not in seen:
             seen.add(values)
             for j, constraint in enumerate(spec.constraints):
-                problem = _fails(f"constraints.{j}", constraint, env, where)
+                problem = _fails(f"constraints.{j}", constraint, env, where, truth=True)
                 if problem is not None:
                     return problem
         values = (chip.rendering, *(env.get(n) for n in budget_names))

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from ..errors import ExprError, SpecError, UsageError
 from ..spec.spec import OpSpec, Sampling
+from ..spec.spec_model import MAX_DRAW
 from .case_checks import case_problem as built_problem
 from .space import Variant, case_inputs, evaluate_params, is_legal, variants_for
 
@@ -24,9 +25,8 @@ TRIES = 1000
 """Draws in a row that may fail the spec before the sampling region is called too narrow."""
 TOP_UP_TRIES = 20000
 """Further draws for a variant the first draw left short of ``cover`` cases."""
-MAX_CASES = 10000
-"""Cases one draw may hold, extra measure cases apart (each runs through every formula of the
-spec, a millisecond or so: a larger draw would take hours)."""
+MAX_CASES = MAX_DRAW
+"""Cases one draw may hold, extra measure cases apart (:data:`opgen.spec.spec_model.MAX_DRAW`)."""
 
 Case = dict[str, Any]
 

@@ -69,6 +69,20 @@ def buckets(spec: OpSpec, rows: Iterable[dict[str, Any]]) -> list[Bucket]:
     return [Bucket(k, tuple(r for r, _ in v), tuple(p for _, p in v)) for k, v in groups.items()]
 
 
+def known_variants(spec: OpSpec, profile: ChipProfile, variants: Iterable[str] | None) -> set[str] | None:
+    """``variants`` as a set (None: all of them).
+
+    Raises:
+        UsageError: a name in ``variants`` that is no variant of the chip's rendering.
+    """
+    wanted = set(variants) if variants else None
+    known = [v.name for v in variants_for(spec, profile.rendering)]
+    if wanted is not None and wanted - set(known):
+        raise UsageError(f"{spec.op} has no variant {', '.join(sorted(wanted - set(known)))} on "
+                         f"{profile.name} ({profile.rendering} rendering); known: {', '.join(known)}")
+    return wanted
+
+
 def plan(spec: OpSpec, profile: ChipProfile, rows: Iterable[dict[str, Any]],
          variants: Iterable[str] | None = None) -> list[StudyPlan]:
     """Every study of a campaign: legal variants of each bucket with their feasible points.
@@ -78,11 +92,7 @@ def plan(spec: OpSpec, profile: ChipProfile, rows: Iterable[dict[str, Any]],
     Raises:
         UsageError: a name in ``variants`` that is no variant of the chip's rendering.
     """
-    wanted = set(variants) if variants else None
-    known = [v.name for v in variants_for(spec, profile.rendering)]
-    if wanted is not None and wanted - set(known):
-        raise UsageError(f"{spec.op} has no variant {', '.join(sorted(wanted - set(known)))} on "
-                               f"{profile.name} ({profile.rendering} rendering); known: {', '.join(known)}")
+    wanted = known_variants(spec, profile, variants)
     out = []
     for bucket in buckets(spec, rows):
         for variant in variants_for(spec, profile.rendering):

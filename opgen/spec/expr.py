@@ -361,5 +361,8 @@ def python_helpers(calls: set[str] | frozenset[str]) -> str:
 
 
 def is_finite_number(x: object) -> bool:
-    """True for an int or float (not bool) that is finite."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """True for an int or float (not bool) that is finite (an int a float cannot hold is not)."""
+    try:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    except OverflowError:  # an int past float's range
+        return False

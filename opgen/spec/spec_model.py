@@ -23,6 +23,10 @@ RENDERED_BACKENDS = ("cuda", "npu")
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "int32": 4, "int64": 8}
 """Dtype names a spec may use, with their sizes in bytes."""
 
+MAX_DRAW = 10000
+"""Cases a sampling section may draw, and extra measure cases it may add (each runs through every
+formula of the spec, a millisecond or so: a larger draw would take hours)."""
+
 Backend = Literal["cuda", "npu", "interpreter"]
 DType = Literal["float16", "bfloat16", "float32", "int32", "int64"]
 Scalar = Union[bool, int, float, str]
@@ -186,7 +190,7 @@ class Accuracy(_Model):
     output. With ``half_ratio``, a case on which the upstream half-precision computation
     (``reference.half``) errs more raises the bar to ``half_ratio`` times that error."""
 
-    max_rel_l2: dict[DType, float] = {}
+    max_rel_l2: dict[DType, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = {}
     half_ratio: float | None = Field(default=None, gt=0)
     domain_check: bool = True
 
@@ -249,11 +253,11 @@ class Sampling(_Model):
 
     name: Ident
     file: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.yaml$")
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_DRAW)
     seed: int = 0
     holdout: float = Field(default=0.0, ge=0.0, lt=1.0)
     measure: float = Field(default=0.0, ge=0.0, lt=1.0)
-    measure_extra: int = Field(default=0, ge=0)
+    measure_extra: int = Field(default=0, ge=0, le=MAX_DRAW)
     values: dict[Ident, SampleValues] = Field(min_length=1)
     tails: SampleTails | None = None
     pins: tuple[SamplePin, ...] = ()

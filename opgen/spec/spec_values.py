@@ -71,16 +71,40 @@ def check_values(spec: Any, file: str, dtypes: Any) -> None:
     for name, tunable in spec.tunables.items():
         for backend, domain in tunable.domain.items():
             _check_domain(file, f"tunables.{name}.domain.{backend}", domain)
+    _check_cases(spec, file, dtypes)
+    for field, key in spec.dispatch.key.items():
+        for j, edge in enumerate(getattr(key, "buckets", None) or ()):
+            if not -MAX_INT - 1 <= edge <= MAX_INT:
+                raise SpecError(file, f"dispatch.key.{field}.buckets.{j}", "an int in [-2**63, 2**63 - 1]", edge)
+        if getattr(key, "buckets", None) == ():
+            raise SpecError(file, f"dispatch.key.{field}.buckets", "at least one edge (or no buckets key)", [])
+    twice = sorted({a for a in spec.api.launch_args if spec.api.launch_args.count(a) > 1})
+    if twice:
+        raise SpecError(file, "api.launch_args", "each argument once", f"{twice} given twice")
+
+
+def _check_cases(spec: Any, file: str, dtypes: Any) -> None:
+    """Every case set holds cases (a sampled part may be empty), every value of a row is of its
+    kind, among its scalar's choices, and a size at least 1."""
     kinds, dims = value_kinds(spec), set(spec.dim_symbols())
+    drawn = set(spec.sampling.part_names()) if spec.sampling else set()
     for set_name, rows in spec.cases.items():
+        if not rows and set_name not in drawn:
+            raise SpecError(file, f"cases.{set_name}", "at least one case", [])
         for i, row in enumerate(rows):
             for key, value in row.items():
+                at = f"cases.{set_name}.{i}.{key}"
                 kind = "bool" if key.endswith("_given") else kinds.get(key)
+                scalar = spec.signature.scalars.get(key)
+                if value == ():
+                    raise SpecError(file, at, "a value or a list of at least one", [])
                 for v in (value if isinstance(value, tuple) else (value,)):
                     if kind is not None and not of_kind(kind, v, dtypes):
-                        raise SpecError(file, f"cases.{set_name}.{i}.{key}", f"a {kind} value", v)
+                        raise SpecError(file, at, f"a {kind} value", v)
+                    if scalar is not None and scalar.choices is not None and v not in scalar.choices:
+                        raise SpecError(file, at, f"one of choices {list(scalar.choices)}", v)
                     if key in dims and not 1 <= v <= MAX_INT:  # a case of no element runs no kernel
-                        raise SpecError(file, f"cases.{set_name}.{i}.{key}", "a size in [1, 2**63 - 1]", v)
+                        raise SpecError(file, at, "a size in [1, 2**63 - 1]", v)
 
 
 def _check_domain(file: str, at: str, domain: tuple[Any, ...]) -> None:

@@ -404,7 +404,7 @@ def from_line(raw: bytes | str, where: str, *, op: str, chip: str) -> Record:
     except _DuplicateKey as exc:
         raise RecordError(f"{where}: key {exc.args[0]!r} given twice in one record (JSON keeps "
                           f"the last silently); fix or remove the line") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested past the parser's depth
         raise NotJsonLine(f"{where}: not a JSON line ({exc})") from None
     if not isinstance(obj, dict):
         raise RecordError(f"{where}: expected a JSON object, got {obj!r}")

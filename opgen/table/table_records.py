@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from ..errors import BudgetError, ExprError, RecordError, SpecError
+from ..space.case_checks import failing_check
 from ..space.space import constraint_failed, find_variant, fixed_values, is_legal, parse_point_name, point_id
 from ..spec.hardware import ChipProfile, figures
 from ..spec.keys import Key, key_of, key_text
 from ..spec.spec import OpSpec
+from ..spec.spec_values import value_kinds
 from ..storage.records import MeasureRecord, Record, RecordFile, TrialRecord, WinnerRecord, read, read_paths
 from .bucket_shapes import case_params, low_params, plain_fields
 from .fill_measured import measured_choice
@@ -204,10 +206,32 @@ def _stale_reason(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Ma
         return f"variant {rec.variant} has no {chip.rendering} kernel now"
     if current != rec.kernel_hash:
         return f"kernel changed: tuned {rec.kernel_hash}, now {current}"
+    problem = _case_problem(spec, rec.case, params)
+    if problem is not None:
+        return problem
     tunables = spec.tunables_for(chip.backend)
     if set(rec.point) != set(tunables):
         return f"its tunables {sorted(rec.point)} are not the spec's {sorted(tunables)}"
     return _point_problem(spec, chip, rec, params)
+
+
+def _case_problem(spec: OpSpec, case: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
+    """Why a winner's case is no call the op takes (a field it has no input for, a scalar outside
+    its choices, a size below 1, a failed check), or None."""
+    kinds = value_kinds(spec)
+    unknown = sorted(set(case) - set(kinds))
+    if unknown:
+        return f"its case names {unknown}, no input of {spec.op}"
+    for name, value in case.items():
+        choices = spec.signature.scalars[name].choices if name in spec.signature.scalars else None
+        if choices is not None and value not in choices:
+            return f"its case's {name} {value!r} is not among its choices"
+        if name in spec.dim_symbols() and not (isinstance(value, int) and value >= 1):
+            return f"its case's {name} {value!r} is no size"
+    failed = failing_check(spec, params)
+    if failed is not None:
+        return f"its case fails checks.{failed[0]} ({failed[1].rule.source})"
+    return None
 
 
 def _point_problem(spec: OpSpec, chip: ChipProfile, rec: WinnerRecord, params: Mapping[str, Any]) -> str | None:
