@@ -7,7 +7,7 @@ its full key: op, chip, toolchain, the kernel's content hash, the dispatch key (
 Writers append under an exclusive ``flock`` with flush and fsync; readers skip blank lines and a torn
 last line (counted), refuse a malformed line elsewhere and refuse a record of another op, chip or schema
 (optuna ``journal/_file.py``; Kernel Tuner ``process_cache``). No clock, no device: dates come from
-the caller. Uses ``errors``, ``expr``, ``hardware``, ``keys``.
+the caller. Uses ``errors``, ``hardware``, ``keys``, ``record_fields``.
 """
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import hashlib
 import itertools
 import json
 import os
-import re
 import stat
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, ClassVar, Iterable, Mapping
+from typing import Any, BinaryIO, ClassVar, Iterable
 
 from ..errors import RecordError
-from ..spec.expr import is_finite_number
 from ..spec.hardware import ChipProfile, inherited
 from ..spec.keys import Key
+from .record_fields import (Budget, Conv, as_budget, as_date, as_int, as_num, as_scalar,
+                            as_str, dict_of, one_of, optional, plain_value, tuple_of)
 
 SCHEMA = 1
 """Version of the line format; a line of any other version is a foreign record."""
@@ -33,89 +33,6 @@ SCHEMA = 1
 STATUSES = ("ok", "compile_error", "crash", "timeout", "wrong_result", "over_budget", "killed")
 """A trial's outcome; ``killed``: its worker was killed from outside (a signal it did not raise
 itself), which says nothing of the point."""
-BUDGET_KINDS = ("ub_bytes", "smem_bytes")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-# --- field converters: check a JSON (or Python) value, return its stored form -----------------
-Conv = Callable[[Any], Any]
-
-
-def _check(test: Callable[[Any], bool], expected: str, out: Conv = lambda v: v) -> Conv:
-    """A converter: ``out(v)`` if ``test(v)``, else a RecordError saying what was expected."""
-    def convert(v: Any) -> Any:
-        if not test(v):
-            raise RecordError(f"expected {expected}, got {v!r}")
-        return out(v)
-    return convert
-
-
-def _opt(conv: Conv) -> Conv:
-    return lambda v: None if v is None else conv(v)
-
-
-def _one_of(*choices: str) -> Conv:
-    return _check(lambda v: v in choices, f"one of {list(choices)}")
-
-
-def _tuple_of(conv: Conv) -> Conv:
-    return _check(lambda v: isinstance(v, (list, tuple)), "a list", lambda v: tuple(map(conv, v)))
-
-
-def _dict_of(conv: Conv) -> Conv:
-    return _check(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v),
-                  "an object with string keys", lambda v: {k: conv(x) for k, x in v.items()})
-
-
-_str = _check(lambda v: isinstance(v, str), "a string")
-_int = _check(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
-_num = _check(is_finite_number, "a finite number", float)
-_scalar = _check(lambda v: isinstance(v, (str, bool, int)) or is_finite_number(v),
-                 "a string, boolean or finite number")
-_date = _check(lambda v: isinstance(v, str) and bool(_DATE.match(v)), "a date YYYY-MM-DD")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """On-chip bytes of a point: the spec's estimate and, where the toolchain reports it, the real
-    figure; on CUDA also the registers per thread and the spilled registers the compiler reports."""
-
-    kind: str
-    estimate: int
-    reported: int | None = None
-    regs: int | None = None
-    spills: int | None = None
-
-    def __post_init__(self) -> None:
-        _one_of(*BUDGET_KINDS)(self.kind)
-        _int(self.estimate)
-        for v in (self.reported, self.regs, self.spills):
-            _opt(_int)(v)
-
-    def plain(self) -> dict[str, Any]:
-        """The JSON form: the three budget keys always, regs and spills where known."""
-        out = {"kind": self.kind, "estimate": self.estimate, "reported": self.reported}
-        out.update({k: v for k, v in (("regs", self.regs), ("spills", self.spills)) if v is not None})
-        return out
-
-
-_budget = _check(
-    lambda v: v is None or isinstance(v, Budget)
-    or (isinstance(v, Mapping) and {"kind", "estimate", "reported"} <= set(v)
-        <= {"kind", "estimate", "reported", "regs", "spills"}),
-    "null or an object with keys estimate, kind, reported (and optionally regs, spills)",
-    lambda v: v if v is None or isinstance(v, Budget) else Budget(**v))
-
-
-def _plain(v: Any) -> Any:
-    """The JSON form of a stored field value."""
-    if isinstance(v, Budget):
-        return v.plain()
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, Mapping):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -124,9 +41,9 @@ FLUSHES = ("read", "write")
 ``write`` (write-flush timing: the flush zero-fills, leaving dirty lines)."""
 
 _COMMON: dict[str, Conv] = dict(
-    op=_str, chip=_str, toolchain=_dict_of(_str), kernel_hash=_str, key=_tuple_of(_scalar),
-    case=_dict_of(_scalar), variant=_str, point=_dict_of(_scalar), study=_str, date=_date,
-    flush=_one_of(*FLUSHES))
+    op=as_str, chip=as_str, toolchain=dict_of(as_str), kernel_hash=as_str, key=tuple_of(as_scalar),
+    case=dict_of(as_scalar), variant=as_str, point=dict_of(as_scalar), study=as_str, date=as_date,
+    flush=one_of(*FLUSHES))
 # Keys a line may lack, with the value such a line stands for.
 _DEFAULTS: dict[str, Any] = {"flush": "write"}
 
@@ -163,7 +80,7 @@ class _Record:
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object, with ``schema`` and ``kind``."""
-        out = {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        out = {f.name: plain_value(getattr(self, f.name)) for f in fields(self)}
         return {"schema": SCHEMA, "kind": self.KIND, **out}
 
     def line(self) -> str:
@@ -202,8 +119,8 @@ class TrialRecord(_Record):
 
     KIND: ClassVar[str] = "trial"
     CONVERT: ClassVar[dict[str, Conv]] = dict(
-        _COMMON, trial=_int, status=_one_of(*STATUSES), reason=_str, median_ms=_opt(_num),
-        times_ms=_tuple_of(_num), error=_dict_of(_opt(_num)), budget=_budget)
+        _COMMON, trial=as_int, status=one_of(*STATUSES), reason=as_str, median_ms=optional(as_num),
+        times_ms=tuple_of(as_num), error=dict_of(optional(as_num)), budget=as_budget)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -227,8 +144,8 @@ class WinnerRecord(_Record):
 
     KIND: ClassVar[str] = "winner"
     CONVERT: ClassVar[dict[str, Conv]] = dict(
-        _COMMON, median_ms=_num, remeasured_ms=_dict_of(_num), margin=_opt(_num),
-        error=_dict_of(_opt(_num)), budget=_budget)
+        _COMMON, median_ms=as_num, remeasured_ms=dict_of(as_num), margin=optional(as_num),
+        error=dict_of(optional(as_num)), budget=as_budget)
 
 
 @dataclass(frozen=True)
@@ -252,8 +169,8 @@ class CheckRecord(_Record):
 
     KIND: ClassVar[str] = "cross_check"
     CONVERT: ClassVar[dict[str, Conv]] = dict(
-        _COMMON, fill_variant=_str, fill_point=_dict_of(_scalar), fill_kernel_hash=_str,
-        fill_from=_opt(_str), own_ms=_opt(_num), fill_ms=_opt(_num), margin=_num)
+        _COMMON, fill_variant=as_str, fill_point=dict_of(as_scalar), fill_kernel_hash=as_str,
+        fill_from=optional(as_str), own_ms=optional(as_num), fill_ms=optional(as_num), margin=as_num)
 
     @property
     def loss(self) -> float:
@@ -280,7 +197,7 @@ class MeasureRecord(_Record):
     reason: str = field(default="", kw_only=True)  # "" where a line has none
 
     KIND: ClassVar[str] = "measure"
-    CONVERT: ClassVar[dict[str, Conv]] = dict(_COMMON, ms=_opt(_num), source=_str, run=_str, reason=_str)
+    CONVERT: ClassVar[dict[str, Conv]] = dict(_COMMON, ms=optional(as_num), source=as_str, run=as_str, reason=as_str)
     DEFAULTS: ClassVar[dict[str, Any]] = {**_DEFAULTS, "reason": ""}
 
     def __post_init__(self) -> None:

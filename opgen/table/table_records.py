@@ -3,8 +3,8 @@ keyed as the spec buckets their cases now (:func:`rekeyed`), and each key's winn
 (:func:`held_winners`), fresh or stale (:func:`split_winners`), or held back for the measure step
 (:func:`pending_winners`). :func:`once` and :func:`records_key` keep what is computed from a
 records file while the file is unchanged.
-Uses ``bucket_shapes``, ``errors``, ``fill_measured``, ``fits``, ``hardware``, ``keys``, ``records``,
-``space``, ``spec``, ``table_rows``.
+Uses ``bucket_shapes``, ``case_checks``, ``errors``, ``fill_measured``, ``fits``, ``hardware``,
+``keys``, ``records``, ``space``, ``spec``, ``spec_values``, ``table_rows``.
 """
 from __future__ import annotations
 
