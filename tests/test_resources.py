@@ -19,7 +19,8 @@ from opgen.evidence.explain import text as explain_text
 from opgen.spec.hardware import profile
 from opgen.render.kernels import kernel_hashes
 from opgen.storage.records import record_path
-from opgen.evidence.resource_checks import check_text, nearest_points, spill_free, spill_free_text
+from opgen.evidence.resource_checks import (check_text, nearest_points, parse_search, searched, spill_free,
+                                           spill_free_text, twin_variants)
 from opgen.evidence.resources import compiled_call, cuda_resources, occupancy, resources, table_entries
 from opgen.space.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec.spec import load_spec
@@ -207,9 +208,9 @@ def test_spill_free_names_the_nearest_point_that_spills_nothing():
     entry = next(e for e in table_entries(GLA, H200, _table(GLA.op)) if e.role == "choice")
     config, case = dict(entry.config), dict(entry.case)
     near = nearest_points(GLA, H200, entry.variant, config, case, 6, seed=1, keep=("num_warps",))
-    changed = [sum(p[n] != v for n, v in config.items()) for p in near]
+    changed = [sum(p[n] != v for n, v in config.items()) for _, p in near]
     assert len(near) == 6 and changed == sorted(changed) and changed[0] >= 1
-    assert all(p["num_warps"] == config["num_warps"] and p != config for p in near)
+    assert all(v == entry.variant and p["num_warps"] == config["num_warps"] and p != config for v, p in near)
     assert nearest_points(GLA, H200, entry.variant, config, case, 6, seed=1, keep=("num_warps",)) == near
     report = cuda_resources(ROOT, GLA, H200, [entry], 1)
     assert spill_free(ROOT, GLA, H200, report, 2) == []  # no GLA choice spills: nothing to try
@@ -217,14 +218,40 @@ def test_spill_free_names_the_nearest_point_that_spills_nothing():
     item["kernels"] = [{**k, "spill_stores": 24} for k in item["kernels"]]  # as a spilling choice reads
     (found,) = spill_free(ROOT, GLA, H200, report, 2, seed=1, keep=("num_warps",))
     assert found["spills"] == 24 * len(item["kernels"]) and found["tried"] == 2 and found["spill_free"] == 2
-    assert found["nearest"]["changed"] == {n: v for n, v in near[0].items() if config[n] != v}
+    assert found["nearest"]["changed"] == {n: v for n, v in near[0][1].items() if config[n] != v}
     assert "nearest without spills" in spill_free_text([found], ("num_warps",))
+
+
+def test_spill_free_settings_and_twins_shape_the_search():
+    """--set's NAME=FROM:TO changes only the choices holding FROM, and the set tunable is held; a
+    twin's points join the variant's own, the change of variant counted as one tunable."""
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    keep, settings, twins = parse_search(spec, H200, "DOT_PRECISION", "CHUNK_MAXNREG=0:168",
+                                         "split:rowsplit,splitscan:rowscan")
+    assert keep == ("DOT_PRECISION",) and twins == (("split", "rowsplit"), ("splitscan", "rowscan"))
+    assert searched({"CHUNK_MAXNREG": 0}, settings) == {"CHUNK_MAXNREG": 168}
+    assert searched({"CHUNK_MAXNREG": 128}, settings) == {"CHUNK_MAXNREG": 128}
+    assert twin_variants(spec, H200, "splitscan_static_separate", twins) == ["splitscan_static_separate",
+                                                                             "rowscan_static_separate"]
+    choice = next(e for e in table_entries(spec, H200, _table(spec.op))
+                  if e.role == "choice" and dict(e.config)["CHUNK_MAXNREG"] == 0 and e.variant.startswith("split_"))
+    config = searched(dict(choice.config), settings)
+    near = nearest_points(spec, H200, choice.variant, config, dict(choice.case), 400, 0, ("CHUNK_MAXNREG", *keep),
+                          ["rowsplit_static_separate"])
+    assert {v for v, _ in near} == {choice.variant, "rowsplit_static_separate"}
+    assert all(p["CHUNK_MAXNREG"] == 168 and p["DOT_PRECISION"] == config["DOT_PRECISION"] for _, p in near)
+    apart = [sum(p[n] != x for n, x in config.items()) + (v != choice.variant) for v, p in near]
+    assert apart == sorted(apart)
 
 
 @pytest.mark.parametrize("argv, match", [
     (["--spill-free", "0"], "1 or more"),
     (["--spill-free", "2", "--keep", "NOPE"], "--keep NOPE: no tunable"),
-    (["--keep", "BK"], "--keep goes with --spill-free"),
+    (["--keep", "BK"], "--keep, --set and --twins go with --spill-free"),
+    (["--set", "BK=32"], "--keep, --set and --twins go with --spill-free"),
+    (["--spill-free", "2", "--set", "BK=7"], "--set BK=7: BK's values on cuda are"),
+    (["--spill-free", "2", "--set", "NOPE=1"], "--set NOPE=1: expected NAME=VALUE or NAME=FROM:TO"),
+    (["--spill-free", "2", "--twins", "a:b"], "--twins a:b: expected A:B"),
 ])
 def test_spill_free_settings_are_checked_first(argv, match, capsys):
     assert main(["resources", GLA.op, "--chip", "h200", *argv]) == 2
