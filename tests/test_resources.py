@@ -373,3 +373,23 @@ def test_row_block_chunk_kernel_fits_the_register_cap(tmp_path):
     assert chunk["regs"] <= 128 and chunk["spill_stores"] == chunk["spill_loads"] == 0, chunk
     (checked,) = budget_against_compiled(spec, H200, report)
     assert checked["compiled"] <= checked["estimate"]
+
+
+def test_stage0_scan_at_a_tail_case_compiles_within_its_formula(tmp_path):
+    """stage0 at a tail case (the inputs padded with torch before the compiling process is forked:
+    with GNU OpenMP's pool live in the parent the child waited forever), compiled cold in a few
+    seconds; its static rank loop's pipelined copies hold each rank's q and k, in the formula."""
+    from opgen.evidence.resource_checks import budget_against_compiled
+    from opgen.evidence.resources import Entry
+
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    case = {"B": 1, "S": 37, "H": 2, "G": 1, "N": 16, "P": 16, "R": 2, "chunk_size": 16, "d_given": True,
+            "dtype": "bfloat16"}
+    config = {"BLOCK_P": 16, "BLOCK_N": 16, "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 16, "STATE_PREFETCH": False,
+              "STATE_TRANSPOSED": False, "CHUNK_MAXNREG": 0, "CHUNK_HALVES": False, "ROW_TILES": False,
+              "GATE_KERNEL": False, "DOT_PRECISION": "ieee", "num_warps": 2, "num_stages": 3}
+    entry = Entry("sample", "stage0_static_separate", tuple(config.items()), tuple(case.items()))
+    report = cuda_resources(ROOT, spec, H200, [entry], workers=1, cache=tmp_path, timeout=120)
+    assert report["summary"]["failed"] == 0, report["entries"]
+    (checked,) = budget_against_compiled(spec, H200, report)
+    assert checked["compiled"] == 14464 and checked["compiled"] <= checked["estimate"], checked
