@@ -393,3 +393,35 @@ def test_stage0_scan_at_a_tail_case_compiles_within_its_formula(tmp_path):
     assert report["summary"]["failed"] == 0, report["entries"]
     (checked,) = budget_against_compiled(spec, H200, report)
     assert checked["compiled"] == 14464 and checked["compiled"] <= checked["estimate"], checked
+
+
+# The chunk-kernel options `opgen resources mamba3_mimo_bwd_fwd --chip h200 --spill-free 40 --keep
+# CHUNK_MAXNREG,DOT_PRECISION,STATE_BLOCK_N,STATE_BLOCK_P,STATE_PREFETCH,STATE_TRANSPOSED,GATE_KERNEL
+# --set CHUNK_MAXNREG=0:168 --twins split:rowsplit,splitscan:rowscan` names for two official-shape
+# choices without a register cap (255 registers): the row-block twin on P tiles of 32 under 168
+OFFICIAL = {"B": 4, "G": 1, "H": 16, "S": 2048, "N": 128, "P": 64, "d_given": True, "dtype": "bfloat16"}
+UNCAPPED_OPTIONS = {
+    # splitscan N128 P64 R1 C64: 255 registers, 88 B spilled
+    "rowscan": ({**OFFICIAL, "R": 1, "chunk_size": 64}, {"STATE_BLOCK_N": 64, "STATE_PREFETCH": False}),
+    # split N128 P64 R4 C16: 255 registers, no spills
+    "rowsplit": ({**OFFICIAL, "R": 4, "chunk_size": 16}, {"STATE_BLOCK_N": 32, "STATE_PREFETCH": False}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(UNCAPPED_OPTIONS))
+def test_uncapped_choice_has_a_spill_free_option_under_168_registers(variant, tmp_path):
+    """The twin at the choice's state path and precision, on P tiles of 32 under a 168-register
+    cap, compiled cold for sm_90a: no kernel spills, the chunk kernel at 168 registers or fewer."""
+    from opgen.evidence.resources import Entry
+
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    case, state = UNCAPPED_OPTIONS[variant]
+    config = {"BLOCK_P": 32, "BLOCK_N": 64, "STATE_BLOCK_P": 64, "STATE_TRANSPOSED": True, "CHUNK_MAXNREG": 168,
+              "CHUNK_HALVES": False, "ROW_TILES": True, "GATE_KERNEL": False, "DOT_PRECISION": "tf32x3_split",
+              "num_warps": 4, "num_stages": 2, **state}
+    entry = Entry("sample", f"{variant}_static_separate", tuple(config.items()), tuple(case.items()))
+    report = cuda_resources(ROOT, spec, H200, [entry], workers=2, cache=tmp_path)
+    assert report["summary"]["failed"] == 0 and report["summary"]["spilling"] == 0, report["summary"]
+    (item,) = report["entries"]
+    chunk = next(k for k in item["kernels"] if k["name"].endswith("_chunk_kernel"))
+    assert chunk["regs"] <= 168, chunk
