@@ -19,7 +19,8 @@ from opgen.evidence.explain import text as explain_text
 from opgen.spec.hardware import profile
 from opgen.render.kernels import kernel_hashes
 from opgen.storage.records import record_path
-from opgen.evidence.resource_checks import check_text, nearest_points, spill_free, spill_free_text
+from opgen.evidence.resource_checks import (check_text, nearest_points, parse_search, searched, spill_free,
+                                           spill_free_text, twin_variants)
 from opgen.evidence.resources import compiled_call, cuda_resources, occupancy, resources, table_entries
 from opgen.space.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec.spec import load_spec
@@ -207,9 +208,9 @@ def test_spill_free_names_the_nearest_point_that_spills_nothing():
     entry = next(e for e in table_entries(GLA, H200, _table(GLA.op)) if e.role == "choice")
     config, case = dict(entry.config), dict(entry.case)
     near = nearest_points(GLA, H200, entry.variant, config, case, 6, seed=1, keep=("num_warps",))
-    changed = [sum(p[n] != v for n, v in config.items()) for p in near]
+    changed = [sum(p[n] != v for n, v in config.items()) for _, p in near]
     assert len(near) == 6 and changed == sorted(changed) and changed[0] >= 1
-    assert all(p["num_warps"] == config["num_warps"] and p != config for p in near)
+    assert all(v == entry.variant and p["num_warps"] == config["num_warps"] and p != config for v, p in near)
     assert nearest_points(GLA, H200, entry.variant, config, case, 6, seed=1, keep=("num_warps",)) == near
     report = cuda_resources(ROOT, GLA, H200, [entry], 1)
     assert spill_free(ROOT, GLA, H200, report, 2) == []  # no GLA choice spills: nothing to try
@@ -217,17 +218,47 @@ def test_spill_free_names_the_nearest_point_that_spills_nothing():
     item["kernels"] = [{**k, "spill_stores": 24} for k in item["kernels"]]  # as a spilling choice reads
     (found,) = spill_free(ROOT, GLA, H200, report, 2, seed=1, keep=("num_warps",))
     assert found["spills"] == 24 * len(item["kernels"]) and found["tried"] == 2 and found["spill_free"] == 2
-    assert found["nearest"]["changed"] == {n: v for n, v in near[0].items() if config[n] != v}
+    assert found["nearest"]["changed"] == {n: v for n, v in near[0][1].items() if config[n] != v}
     assert "nearest without spills" in spill_free_text([found], ("num_warps",))
 
 
+def test_spill_free_settings_and_twins_shape_the_search():
+    """--set's NAME=FROM:TO changes only the choices holding FROM, and the set tunable is held; a
+    twin's points join the variant's own, the change of variant counted as one tunable."""
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    keep, settings, twins = parse_search(spec, H200, "DOT_PRECISION", "CHUNK_MAXNREG=0:168",
+                                         "split:rowsplit,splitscan:rowscan")
+    assert keep == ("DOT_PRECISION",) and twins == (("split", "rowsplit"), ("splitscan", "rowscan"))
+    assert searched({"CHUNK_MAXNREG": 0}, settings) == {"CHUNK_MAXNREG": 168}
+    assert searched({"CHUNK_MAXNREG": 128}, settings) == {"CHUNK_MAXNREG": 128}
+    assert twin_variants(spec, H200, "splitscan_static_separate", twins) == ["splitscan_static_separate",
+                                                                             "rowscan_static_separate"]
+    choice = next(e for e in table_entries(spec, H200, _table(spec.op))
+                  if e.role == "choice" and dict(e.config)["CHUNK_MAXNREG"] == 0 and e.variant.startswith("split_"))
+    config = searched(dict(choice.config), settings)
+    near = nearest_points(spec, H200, choice.variant, config, dict(choice.case), 400, 0, ("CHUNK_MAXNREG", *keep),
+                          ["rowsplit_static_separate"])
+    assert {v for v, _ in near} == {choice.variant, "rowsplit_static_separate"}
+    assert all(p["CHUNK_MAXNREG"] == 168 and p["DOT_PRECISION"] == config["DOT_PRECISION"] for _, p in near)
+    apart = [sum(p[n] != x for n, x in config.items()) + (v != choice.variant) for v, p in near]
+    assert apart == sorted(apart)
+
+
 @pytest.mark.parametrize("argv, match", [
-    (["--spill-free", "0"], "1 or more"),
+    (["--spill-free", "0"], "expected an integer >= 1"),
     (["--spill-free", "2", "--keep", "NOPE"], "--keep NOPE: no tunable"),
-    (["--keep", "BK"], "--keep goes with --spill-free"),
+    (["--keep", "BK"], "--keep, --set and --twins go with --spill-free"),
+    (["--set", "BK=32"], "--keep, --set and --twins go with --spill-free"),
+    (["--spill-free", "2", "--set", "BK=7"], "--set BK=7: BK's values on cuda are"),
+    (["--spill-free", "2", "--set", "NOPE=1"], "--set NOPE=1: expected NAME=VALUE or NAME=FROM:TO"),
+    (["--spill-free", "2", "--twins", "a:b"], "--twins a:b: expected A:B"),
 ])
 def test_spill_free_settings_are_checked_first(argv, match, capsys):
-    assert main(["resources", GLA.op, "--chip", "h200", *argv]) == 2
+    try:
+        code = main(["resources", GLA.op, "--chip", "h200", *argv])
+    except SystemExit as exc:  # refused by the parser itself
+        code = exc.code
+    assert code == 2
     assert match in capsys.readouterr().err
 
 
@@ -346,3 +377,55 @@ def test_row_block_chunk_kernel_fits_the_register_cap(tmp_path):
     assert chunk["regs"] <= 128 and chunk["spill_stores"] == chunk["spill_loads"] == 0, chunk
     (checked,) = budget_against_compiled(spec, H200, report)
     assert checked["compiled"] <= checked["estimate"]
+
+
+def test_stage0_scan_at_a_tail_case_compiles_within_its_formula(tmp_path):
+    """stage0 at a tail case (the inputs padded with torch before the compiling process is forked:
+    with GNU OpenMP's pool live in the parent the child waited forever), compiled cold in a few
+    seconds; its static rank loop's pipelined copies hold each rank's q and k, in the formula."""
+    from opgen.evidence.resource_checks import budget_against_compiled
+    from opgen.evidence.resources import Entry
+
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    case = {"B": 1, "S": 37, "H": 2, "G": 1, "N": 16, "P": 16, "R": 2, "chunk_size": 16, "d_given": True,
+            "dtype": "bfloat16"}
+    config = {"BLOCK_P": 16, "BLOCK_N": 16, "STATE_BLOCK_N": 16, "STATE_BLOCK_P": 16, "STATE_PREFETCH": False,
+              "STATE_TRANSPOSED": False, "CHUNK_MAXNREG": 0, "CHUNK_HALVES": False, "ROW_TILES": False,
+              "GATE_KERNEL": False, "DOT_PRECISION": "ieee", "num_warps": 2, "num_stages": 3}
+    entry = Entry("sample", "stage0_static_separate", tuple(config.items()), tuple(case.items()))
+    report = cuda_resources(ROOT, spec, H200, [entry], workers=1, cache=tmp_path, timeout=120)
+    assert report["summary"]["failed"] == 0, report["entries"]
+    (checked,) = budget_against_compiled(spec, H200, report)
+    assert checked["compiled"] == 14464 and checked["compiled"] <= checked["estimate"], checked
+
+
+# The chunk-kernel options `opgen resources mamba3_mimo_bwd_fwd --chip h200 --spill-free 40 --keep
+# CHUNK_MAXNREG,DOT_PRECISION,STATE_BLOCK_N,STATE_BLOCK_P,STATE_PREFETCH,STATE_TRANSPOSED,GATE_KERNEL
+# --set CHUNK_MAXNREG=0:168 --twins split:rowsplit,splitscan:rowscan` names for two official-shape
+# choices without a register cap (255 registers): the row-block twin on P tiles of 32 under 168
+OFFICIAL = {"B": 4, "G": 1, "H": 16, "S": 2048, "N": 128, "P": 64, "d_given": True, "dtype": "bfloat16"}
+UNCAPPED_OPTIONS = {
+    # splitscan N128 P64 R1 C64: 255 registers, 88 B spilled
+    "rowscan": ({**OFFICIAL, "R": 1, "chunk_size": 64}, {"STATE_BLOCK_N": 64, "STATE_PREFETCH": False}),
+    # split N128 P64 R4 C16: 255 registers, no spills
+    "rowsplit": ({**OFFICIAL, "R": 4, "chunk_size": 16}, {"STATE_BLOCK_N": 32, "STATE_PREFETCH": False}),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(UNCAPPED_OPTIONS))
+def test_uncapped_choice_has_a_spill_free_option_under_168_registers(variant, tmp_path):
+    """The twin at the choice's state path and precision, on P tiles of 32 under a 168-register
+    cap, compiled cold for sm_90a: no kernel spills, the chunk kernel at 168 registers or fewer."""
+    from opgen.evidence.resources import Entry
+
+    spec = _spec("mamba3_mimo_bwd_fwd")
+    case, state = UNCAPPED_OPTIONS[variant]
+    config = {"BLOCK_P": 32, "BLOCK_N": 64, "STATE_BLOCK_P": 64, "STATE_TRANSPOSED": True, "CHUNK_MAXNREG": 168,
+              "CHUNK_HALVES": False, "ROW_TILES": True, "GATE_KERNEL": False, "DOT_PRECISION": "tf32x3_split",
+              "num_warps": 4, "num_stages": 2, **state}
+    entry = Entry("sample", f"{variant}_static_separate", tuple(config.items()), tuple(case.items()))
+    report = cuda_resources(ROOT, spec, H200, [entry], workers=2, cache=tmp_path)
+    assert report["summary"]["failed"] == 0 and report["summary"]["spilling"] == 0, report["summary"]
+    (item,) = report["entries"]
+    chunk = next(k for k in item["kernels"] if k["name"].endswith("_chunk_kernel"))
+    assert chunk["regs"] <= 168, chunk

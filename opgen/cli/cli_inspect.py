@@ -50,17 +50,16 @@ def cmd_resources(args: argparse.Namespace) -> int:
         return 1 if found["underestimates"] else 0
     rows = spec.expand_cases(args.cases) if args.cases else None
     chip, cache = profile(args.chip), Path(args.cache) if args.cache else None
-    keep = tuple(n for n in (args.keep or "").split(",") if n)
     if args.spill_free is not None:
         if args.spill_free < 1:
             raise UsageError(f"--spill-free {args.spill_free}: the points to compile a choice must be 1 or more")
         if chip.backend != "cuda":
             raise UsageError("--spill-free needs an NVIDIA chip: the Ascend front end reports no registers")
-        unknown = sorted(set(keep) - set(spec.tunables_for(chip.backend)))
-        if unknown:
-            raise UsageError(f"--keep {','.join(unknown)}: no tunable of {spec.op} on {chip.backend}")
-    elif keep:
-        raise UsageError("--keep goes with --spill-free")
+        from ..evidence.resource_checks import parse_search
+
+        keep, settings, twins = parse_search(spec, chip, args.keep, args.set, args.twins)
+    elif args.keep or args.set or args.twins:
+        raise UsageError("--keep, --set and --twins go with --spill-free")
     report = resources(root, spec, chip, rows, args.jobs, args.python, cache, args.compile_timeout or None)
     if args.spill_free is not None:
         from ..evidence.resource_checks import spill_free
@@ -68,7 +67,7 @@ def cmd_resources(args: argparse.Namespace) -> int:
 
         report["spill_free"] = spill_free(root, spec, chip, report, args.spill_free, args.seed, keep,
                                           args.jobs or default_workers(), args.python, cache,
-                                          args.compile_timeout or None)
+                                          args.compile_timeout or None, settings, twins)
     print(json.dumps(report, indent=1, sort_keys=True) if args.json else text(report))
     if "spill_free" in report and not args.json:
         from ..evidence.resource_checks import spill_free_text

@@ -205,6 +205,15 @@ def _add_resources(sub: Any) -> None:
                                   "(fewest tunables changed first) at its case, and name the nearest that spills nothing")
     resources_p.add_argument("--keep", type=options.names, help="with --spill-free: tunables held at the choice's values "
                                             "(comma-separated, e.g. CHUNK_MAXNREG,DOT_PRECISION)")
+    resources_p.add_argument("--set", type=options.names, metavar="NAME=VALUE",
+                             help="with --spill-free: tunables the search holds at a value of their domain instead "
+                                  "of the choice's (NAME=VALUE), or only where the choice holds FROM (NAME=FROM:TO); "
+                                  "a choice they change is searched whether it spills or not, the choice as set "
+                                  "first (e.g. CHUNK_MAXNREG=0:168: the uncapped choices under a 168-register cap)")
+    resources_p.add_argument("--twins", type=options.names, metavar="A:B",
+                             help="with --spill-free: pairs of options of one variant axis whose variants are "
+                                  "searched as one space, a change of variant counted as one tunable changed "
+                                  "(e.g. split:rowsplit,splitscan:rowscan)")
     resources_p.add_argument("--sample", type=options.positive_int, default=2, help="with --check-budget: points drawn a variant")
     resources_p.add_argument("--seed", type=int, default=0, help="seed of --check-budget's draw and of "
                                                                  "--spill-free's order among points as near")

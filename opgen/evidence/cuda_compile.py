@@ -231,6 +231,22 @@ def _in_child(task: Task, conn: Any) -> None:
     conn.close()
 
 
+@contextlib.contextmanager
+def _one_torch_thread() -> Any:
+    """Torch's CPU ops on one thread while the compiling processes are forked: each records its
+    job's launches again (the inputs made with torch), and a child forked after GNU OpenMP's
+    thread pool ran a parallel region waits forever at its next one for the parent's threads (a
+    tail case's ``tril``). One thread runs every op inline, without the pool."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _compile_all(tasks: list[Task], workers: int, timeout: float | None, log: Any) -> dict[str, dict[str, Any]]:
     """Each task compiled in a process of its own forked from this one (the kernel modules and the
     target are set up here), ``workers`` at a time; one past ``timeout`` seconds is killed and
@@ -308,7 +324,8 @@ def compile_jobs(root: Path, jobs: list[Mapping[str, Any]], cc: int, cache: Path
         start = time.perf_counter()
         print(f"compiling {len(tasks)} kernels for {target_text(cc)} ({len(found)} in the cache {cache}), "
               f"{min(workers, len(tasks))} at a time", file=log, flush=True)
-        compiled = _compile_all(list(tasks.values()), workers, timeout, log)
+        with _one_torch_thread():
+            compiled = _compile_all(list(tasks.values()), workers, timeout, log)
         print(f"compiled in {time.perf_counter() - start:.1f} s", file=log, flush=True)
     out = []
     for names in keys:

@@ -26,65 +26,177 @@ def spills(entry: Mapping[str, Any]) -> int:
     return sum(k.get("spill_stores", 0) + k.get("spill_loads", 0) for k in entry.get("kernels", ()))
 
 
+Settings = Mapping[str, tuple[Any, Any]]
+"""``--set``'s tunables: name to (the choice's value it replaces, or :data:`ANY`; the value searched)."""
+ANY = object()
+"""A setting's ``from``: whatever the choice holds."""
+
+
+def parse_search(spec: OpSpec, chip: ChipProfile, keep: str | None, settings: str | None,
+                 twins: str | None) -> tuple[tuple[str, ...], dict[str, tuple[Any, Any]], tuple[tuple[str, str], ...]]:
+    """``--keep``, ``--set`` and ``--twins`` as :func:`spill_free` takes them: the tunables held, the
+    settings (``NAME=VALUE``: every choice searched with VALUE; ``NAME=FROM:TO``: those holding FROM
+    searched with TO; each a value of the tunable's domain on the chip) and the pairs of options
+    of one variant axis whose variants are searched as one space (``split:rowsplit``).
+
+    Raises:
+        UsageError: a name that is no tunable (or axis option) of the op, or a value out of its domain.
+    """
+    names = spec.tunables_for(chip.backend)
+    held = tuple(n for n in (keep or "").split(",") if n)
+    unknown = sorted(set(held) - set(names))
+    if unknown:
+        raise UsageError(f"--keep {','.join(unknown)}: no tunable of {spec.op} on {chip.backend}")
+    found: dict[str, tuple[Any, Any]] = {}
+    for item in (settings or "").split(","):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or name not in names:
+            raise UsageError(f"--set {item}: expected NAME=VALUE or NAME=FROM:TO, NAME a tunable of {spec.op} on "
+                             f"{chip.backend} ({', '.join(names)})")
+        domain = list(dict.fromkeys(spec.tunables[name].domain[chip.rendering]))
+        texts = value.split(":") if ":" in value else ["", value]
+        picked = [next((v for v in domain if str(v).lower() == t.lower()), None) if t else ANY for t in texts]
+        if len(texts) != 2 or picked[1] is ANY or None in picked:
+            raise UsageError(f"--set {item}: {name}'s values on {chip.backend} are {', '.join(map(str, domain))}")
+        found[name] = (picked[0], picked[1])
+    pairs = []
+    options = {o: a for a, opts in spec.variants.axes.items() for o in opts}
+    for item in (twins or "").split(","):
+        if not item:
+            continue
+        pair = tuple(item.split(":"))
+        if len(pair) != 2 or any(o not in options for o in pair) or options[pair[0]] != options[pair[1]]:
+            raise UsageError(f"--twins {item}: expected A:B, two options of one variant axis of {spec.op} "
+                             f"({', '.join(options)})")
+        pairs.append(pair)
+    return held, found, tuple(pairs)
+
+
+def searched(config: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+    """``config`` with ``settings`` applied (a setting with a ``from`` only where it holds it)."""
+    out = dict(config)
+    for name, (was, value) in settings.items():
+        if name in out and (was is ANY or (type(out[name]) is type(was) and out[name] == was)):
+            out[name] = value
+    return out
+
+
+def twin_variants(spec: OpSpec, chip: ChipProfile, variant: str, twins: Iterable[tuple[str, str]]) -> list[str]:
+    """``variant`` and the variants of the chip's rendering it makes with an option of a pair of
+    ``twins`` replaced by the other (``split_static_separate`` and ``rowsplit_static_separate``)."""
+    options = find_variant(spec, variant).options
+    known = {v.name for v in variants_for(spec, chip.rendering)}
+    out = [variant]
+    for a, b in twins:
+        for i, (axis, option) in enumerate(options):
+            other = {a: b, b: a}.get(option)
+            if other is not None:
+                name = "_".join(o for _, o in (*options[:i], (axis, other), *options[i + 1:]))
+                if name in known and name not in out:
+                    out.append(name)
+    return out
+
+
 def nearest_points(spec: OpSpec, chip: ChipProfile, variant: str, config: Mapping[str, Any],
-                   case: Mapping[str, Any], count: int, seed: int, keep: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Up to ``count`` points of ``variant``'s space at ``case`` (the tuner's: domains, fixed
-    tunables, constraints, budget) other than ``config``, those differing from it in the fewest
-    tunables first (ties in a draw seeded by ``seed``), each holding the tunables of ``keep`` at
-    ``config``'s values."""
+                   case: Mapping[str, Any], count: int, seed: int, keep: Iterable[str] = (),
+                   variants: Iterable[str] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """Up to ``count`` points (variant, config) of the spaces of ``variant`` and ``variants`` at
+    ``case`` (the tuner's: domains, fixed tunables, constraints, budget) other than ``config``,
+    those differing from it in the fewest tunables first (another variant: one more; ties in a
+    draw seeded by ``seed``), each holding the tunables of ``keep`` at ``config``'s values."""
     held = {n: config[n] for n in keep}
-    found, _ = points(spec, find_variant(spec, variant), chip, shape_params(spec, case))
+    params = shape_params(spec, case)
     rng = random.Random(seed)
     ranked = []
-    for point in found:
-        values = dict(point.config)
-        if values == dict(config) or any(values.get(n) != v for n, v in held.items()):
-            continue
-        ranked.append((sum(values.get(n) != v for n, v in config.items()), rng.random(), values))
+    for name in dict.fromkeys((variant, *variants)):
+        found, _ = points(spec, find_variant(spec, name), chip, params)
+        for point in found:
+            values = dict(point.config)
+            if (name == variant and values == dict(config)) or any(values.get(n) != v for n, v in held.items()):
+                continue
+            apart = sum(values.get(n) != v for n, v in config.items()) + (name != variant)
+            ranked.append((apart, rng.random(), name, values))
     ranked.sort(key=lambda t: t[:2])
-    return [values for _, _, values in ranked[:count]]
+    return [(name, values) for _, _, name, values in ranked[:count]]
+
+
+def _clean(entry: Mapping[str, Any]) -> bool:
+    return "error" not in entry and not any("error" in k for k in entry["kernels"]) and spills(entry) == 0
+
+
+def _figures(op: str, entry: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Each kernel's registers and spill bytes (stores and loads), by name without the op's prefix."""
+    return {k["name"].removeprefix(f"{op}_"): [k.get("regs", 0), k.get("spill_stores", 0) + k.get("spill_loads", 0)]
+            for k in entry.get("kernels", ())}
+
+
+def _compiled(root: Path, spec: OpSpec, chip: ChipProfile, entries: list[Entry], workers: int, python: str | None,
+              cache: Path | None, timeout: float | None) -> list[dict[str, Any]]:
+    """:func:`cuda_resources`' entries for ``entries`` (none to compile: none)."""
+    return cuda_resources(root, spec, chip, entries, workers, python, cache, timeout)["entries"] if entries else []
 
 
 def spill_free(root: Path, spec: OpSpec, chip: ChipProfile, report: Mapping[str, Any], count: int, seed: int = 0,
                keep: Iterable[str] = (), workers: int = 1, python: str | None = None, cache: Path | None = None,
-               timeout: float | None = None) -> list[dict[str, Any]]:
-    """For each choice of a :func:`cuda_resources` report whose kernels spill: ``count`` points
-    of its space nearest it (:func:`nearest_points`), compiled at its case, and the nearest of
-    those whose kernels spill nothing (None where none of them does)."""
-    keep = tuple(keep)
-    spilling = [e for e in report["entries"] if e["role"] == "choice" and spills(e)]
-    tried = [[Entry("alternative", e["variant"], tuple(c.items()), tuple(e["case"].items()))
-              for c in nearest_points(spec, chip, e["variant"], e["config"], e["case"], count, seed, keep)]
-             for e in spilling]
-    compiled = cuda_resources(root, spec, chip, [a for t in tried for a in t], workers, python, cache, timeout)
-    figures = iter(compiled["entries"])
+               timeout: float | None = None, settings: Settings | None = None,
+               twins: Iterable[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+    """For each choice of a :func:`cuda_resources` report whose kernels spill, or that ``settings``
+    change: the choice as set (compiled; the answer where it spills nothing), else ``count``
+    points of its space (and its ``twins``' spaces) nearest it (:func:`nearest_points`, the set
+    tunables held with ``keep``), compiled at its case, and the nearest of those whose kernels
+    spill nothing (None where none of them does)."""
+    settings, keep, twins = settings or {}, tuple(keep), tuple(twins)
+    chosen = [(e, searched(e["config"], settings)) for e in report["entries"] if e["role"] == "choice"]
+    chosen = [(e, c) for e, c in chosen if spills(e) or c != e["config"]]
+    as_set = [Entry("alternative", e["variant"], tuple(c.items()), tuple(e["case"].items()))
+              for e, c in chosen if c != e["config"]]
+    set_figures = iter(_compiled(root, spec, chip, as_set, workers, python, cache, timeout))
+    firsts = [next(set_figures) if c != e["config"] else None for e, c in chosen]
+    held = (*keep, *(n for n in settings if n not in keep))
+    tried = [[] if first is not None and _clean(first) else
+             [Entry("alternative", v, tuple(p.items()), tuple(e["case"].items()))
+              for v, p in nearest_points(spec, chip, e["variant"], c, e["case"], count, seed, held,
+                                         twin_variants(spec, chip, e["variant"], twins))]
+             for (e, c), first in zip(chosen, firsts)]
+    figures = iter(_compiled(root, spec, chip, [a for t in tried for a in t], workers, python, cache, timeout))
     out = []
-    for e, alternatives in zip(spilling, tried):
-        found = [next(figures) for _ in alternatives]
-        clean = [f for f in found if "error" not in f and not any("error" in k for k in f["kernels"])
-                 and spills(f) == 0]
+    for (e, c), first, alternatives in zip(chosen, firsts, tried):
+        found = [f for f in (first,) if f is not None] + [next(figures) for _ in alternatives]
+        clean = [f for f in found if _clean(f)]
         best = clean[0] if clean else None
         out.append({"variant": e["variant"], "config": e["config"], "case": e["case"], "spills": spills(e),
-                    "regs": max(k["regs"] for k in e["kernels"]), "tried": len(found), "spill_free": len(clean),
-                    "nearest": None if best is None else {
+                    "regs": max(k["regs"] for k in e["kernels"]), "kernels": _figures(spec.op, e),
+                    "set": {n: v for n, v in c.items() if e["config"].get(n) != v},
+                    "tried": len(found), "spill_free": len(clean), "nearest": None if best is None else {
+                        "variant": best["variant"], "kernels": _figures(spec.op, best),
                         "changed": {n: v for n, v in best["config"].items() if e["config"].get(n) != v},
                         "regs": max(k["regs"] for k in best["kernels"])}})
     return out
 
 
+def _kernels_text(kernels: Mapping[str, list[int]]) -> str:
+    return ", ".join(f"{n} {r} regs {s} B" for n, (r, s) in kernels.items())
+
+
 def spill_free_text(found: list[Mapping[str, Any]], keep: Iterable[str] = ()) -> str:
     """:func:`spill_free`'s answer as lines for a person."""
     held = f", {', '.join(keep)} held" if keep else ""
-    lines = [f"choices whose kernels spill, and the nearest points of their space that spill nothing{held}:"]
+    lines = [f"choices whose kernels spill (or that --set changes), and the nearest points of their space that "
+             f"spill nothing{held}:"]
     for f in found:
         lines.append(f"  {f['variant']} at {values_text(f['case'])}: {f['spills']} B spilled a thread, "
-                     f"{f['regs']} registers at most")
+                     f"{f['regs']} registers at most ({_kernels_text(f.get('kernels', {}))})"
+                     + (f"; searched with {values_text(f['set'])}" if f.get("set") else ""))
         near = f["nearest"]
         if near is None:
             lines.append(f"    none of the {f['tried']} nearest points compiles without spills")
         else:
-            lines.append(f"    nearest without spills: {values_text(near['changed'])} ({near['regs']} registers at most); "
-                         f"{f['spill_free']} of the {f['tried']} nearest points spill nothing")
+            other = f"{near['variant']} " if near.get("variant", f["variant"]) != f["variant"] else ""
+            lines.append(f"    nearest without spills: {other}{values_text(near['changed'])} ({near['regs']} registers "
+                         f"at most: {_kernels_text(near.get('kernels', {}))}); {f['spill_free']} of the "
+                         f"{f['tried']} nearest points spill nothing")
     if not found:
         lines.append("  none: no choice spills")
     return "\n".join(lines)
