@@ -6,7 +6,7 @@ timeout, a process that dies is recorded as a crash (or, killed by a signal from
 so one bad configuration never stops a study; workers die with the tuner (``lifetime``). Every
 point is checked against the op's float64 golden before it is timed: a wrong result is a status,
 never a time. Uses ``spec``, ``space``, ``accuracy``, ``bench``, ``backends``, ``errors``,
-``lifetime``.
+``lifetime``, ``compiled``.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from ..errors import WorkerError
 from ..space.space import case_inputs, evaluate_params
 from ..storage.records import STATUSES  # noqa: F401  (a Result's status is one of them)
 from . import bench
+from .compiled import kept_kernels, reported
 from .lifetime import death, die_with_parent, track, untrack
 
 # Substrings of compiler messages that mean "does not fit on chip" (Triton's OutOfResources on
@@ -222,18 +223,6 @@ def _per_output(spec, case: dict[str, Any]):
         yield name, golds.get(name), refs.get(name), mags.get(name)
 
 
-def _reported(compiled: Any) -> dict[str, int]:
-    """Real on-chip usage where the compiler reports it (shared memory, spills, UB bits)."""
-    out: dict[str, int] = {}
-    meta = getattr(compiled, "metadata", None)
-    for name, source in (("shared", meta), ("required_ub_bits", meta), ("n_regs", compiled),
-                         ("n_spills", compiled)):
-        value = getattr(source, name, None) if source is not None else None
-        if isinstance(value, int):
-            out[name] = value
-    return out
-
-
 def run_task(task: Task, state: WorkerState) -> Result:
     """Compile, check and time one point in this process (the worker's body)."""
     from . import accuracy  # imports torch: loaded in the worker process, not in the tuner
@@ -253,7 +242,8 @@ def run_task(task: Task, state: WorkerState) -> Result:
         return module.launch(**kwargs, num_programs=programs, point=point)
 
     try:
-        compiled = call()
+        with kept_kernels() as kernels:
+            returned = call()
         backend.synchronize()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a status
         return Result(_classify(exc), f"{type(exc).__name__}: {str(exc)[:2000]}",
@@ -284,7 +274,7 @@ def run_task(task: Task, state: WorkerState) -> Result:
     if task.timed:
         times = bench.measure(backend, call, task.protocol)
     return Result("ok", "", bench.median(times) if times else None, tuple(times), error,
-                  _reported(compiled), time.perf_counter() - start)
+                  reported(kernels or [returned]), time.perf_counter() - start)
 
 
 def _serve(conn, root: str, env: dict[str, str], spec: Any, parent: int) -> None:
