@@ -1,6 +1,6 @@
-"""Generated modules as black lays them out (opgen.render.pyformat): every module under generated/
-(the API, the tables and the cuda kernels checked) is black's output at the pinned mode, formatting it again changes nothing, and a kernel's identity
-stays the template's output."""
+"""Generated modules as black lays them out (opgen.render.pyformat): an op's API, tables and cuda
+kernels are black's output at the pinned mode, formatting them again changes nothing, and a
+kernel's identity stays the template's output."""
 import ast
 from pathlib import Path
 
