@@ -135,3 +135,12 @@ def test_shapes_are_checked_before_a_strided_view_is_copied(x, name):
     huge = x[name].reshape(-1)[:1].expand(2 ** 40, *x[name].shape[1:])  # every stride 0: a copy of petabytes
     with pytest.raises(ValueError, match=r"^chunk_gla_fwd_o_gk: \w+\.shape\[0\] must be B = "):
         _call(x, **{name: huge})
+
+
+def test_a_call_too_large_for_memory_is_named_by_the_op(x):
+    """Shapes that agree with each other but need more memory than the device has (every input a
+    view expanded to B = 2**40): the allocator's error, led by the op's name, of its own type."""
+    big = {name: t.expand(2**40, *t.shape[1:]) for name, t in x.items() if isinstance(t, torch.Tensor)}
+    with pytest.raises(RuntimeError, match=r"^chunk_gla_fwd_o_gk: the inputs' contiguous copies and the outputs "
+                                           r"do not fit in the device's memory: .*allocate"):
+        _call(x, **big)
