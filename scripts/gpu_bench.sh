@@ -7,9 +7,9 @@
 # bundle: tilelang_bundle.sh; other ops' TileLang kernels compile in the WARM_PROCS processes), so
 # the timed run's first calls load what they need.
 # Usage: bash scripts/gpu_bench.sh OUT_DIR OP BASELINE[,BASELINE...] CASE_SET...
-# Env: DEVICES (cuda:0; several share the cases), WARM_PROCS (0; each process builds its cases' float64
-#   goldens on the device: 14 of them ran out of memory on B4 S2048 cases of mamba3_mimo_bwd_bwd on an
-#   80 GB H100), TILELANG_PROCS (0: one a configuration),
+# Env: DEVICES (cuda:0; several share the cases), WARM_PROCS (0; `opgen bench --compile-only` processes:
+#   no goldens, but mamba3_mimo_bwd_bwd's inputs hold stage one's float64 recompute, and 14 processes
+#   building goldens ran out of memory on its B4 S2048 cases on an 80 GB H100), TILELANG_PROCS (0: one a configuration),
 #   TILELANG_CACHE_DIR (/tmp/tilelang-cache), WHERE (an `opgen bench --where` formula), ROUNDS (2),
 #   REPEAT (10), BENCH_ARGS (further `opgen bench` arguments, e.g. "--set use_exp2=true" or
 #   "--case ID"). Wheels in .whl/ (scripts/device_env.sh) where the host's Python lacks the packages.
@@ -41,8 +41,8 @@ for base in ${baselines//,/ }; do
     for cases in "$@"; do
         name=bench_${base}_$cases procs=${WARM_PROCS:-0} pids=()
         for ((k = 0; k < procs; k++)); do
-            python3 -m opgen.cli bench "$op" --baseline "$base" --cases "$cases" "${args[@]}" --rounds 1 \
-                --warmup 0 --repeat 1 --device "${devices%%,*}" --shard "$k/$procs" \
+            python3 -m opgen.cli bench "$op" --baseline "$base" --cases "$cases" "${args[@]}" --compile-only \
+                --device "${devices%%,*}" --shard "$k/$procs" \
                 > "$out/warm/${name}_$k.log" 2>&1 &
             pids+=($!)
         done

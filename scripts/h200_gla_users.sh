@@ -40,7 +40,7 @@ bench() {  # one case set against FLA (exp2 gates, as FLA computes them), one ta
     warm=$(mktemp -d)
     for ((k = 0; k < procs; k++)); do
         python3 -m opgen.cli bench chunk_gla_fwd_o_gk --baseline fla --cases "$cases" --set use_exp2=true \
-            --rounds 1 --warmup 0 --repeat 1 --device "${devices%%,*}" --shard "$k/$procs" \
+            --compile-only --device "${devices%%,*}" --shard "$k/$procs" \
             > "$warm/$k.log" 2>&1 &
         pids+=($!)
     done

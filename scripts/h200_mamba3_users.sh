@@ -46,8 +46,8 @@ bench() {  # the holdout against tilelang_static, its kernels compiled first by 
     stamp "compiling the holdout benchmark's kernels in $procs processes"
     warm=$(mktemp -d)
     for ((k = 0; k < procs; k++)); do
-        python3 -m opgen.cli bench "$op" --baseline tilelang_static --cases users_holdout --rounds 1 \
-            --warmup 0 --repeat 1 --device "$device" --shard "$k/$procs" > "$warm/$k.log" 2>&1 &
+        python3 -m opgen.cli bench "$op" --baseline tilelang_static --cases users_holdout --compile-only \
+            --device "$device" --shard "$k/$procs" > "$warm/$k.log" 2>&1 &
         pids+=($!)
     done
     if ((procs)); then wait "${pids[@]}"; fi

@@ -264,3 +264,42 @@ def test_the_floor_summary_names_the_worst_case_and_sets_the_launch_bound_ones_a
     assert "every case's floor is under 20 us (launch-bound)" in table([tiny], "fla").splitlines()[2]
     nan = dataclasses.replace(_result("B1-n"), floor_ms=math.nan)
     assert "memory floor nan; error" in table([nan], "fla").splitlines()[2]
+
+
+def test_compile_only_calls_each_side_once_and_computes_no_golden(monkeypatch):
+    """compile_case, what the compiling processes before a timed run call: each side once on the
+    case's inputs, no golden (prepare_case is never reached), a side that raises named."""
+    import types
+
+    from opgen.backends.interpreter import InterpreterBackend
+    from opgen.evidence import compare
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_fwd.yaml", ROOT)
+    calls = []
+
+    def ours(**args):
+        calls.append(("ours", tuple(args["q"].shape)))
+
+    def base(**args):
+        calls.append(("baseline", tuple(args["q"].shape)))
+
+    def no_golden(*args, **kwargs):
+        raise AssertionError("compile_case computed a golden")
+
+    monkeypatch.setitem(sys.modules, f"generated.{spec.op}", types.SimpleNamespace(**{spec.op: ours}))
+    monkeypatch.setattr(compare, "prepare_case", no_golden)
+    row = dict(B=1, S=16, H=2, G=1, N=4, P=4, R=2, chunk_size=8, d_given=True, dtype="bfloat16")
+    firsts = compare.compile_case(spec, row, InterpreterBackend(), base, 0)
+    assert calls == [("ours", (1, 16, 2, 1, 4)), ("baseline", (1, 16, 2, 1, 4))] and min(firsts) >= 0
+
+    def broken(**args):
+        raise RuntimeError("no kernel for this shape")
+
+    with pytest.raises(compare.CaseFailed, match="baseline: RuntimeError: no kernel for this shape"):
+        compare.compile_case(spec, row, InterpreterBackend(), broken, 0)
+
+
+def test_compile_only_takes_no_timing_outputs(tmp_path, capsys):
+    code = cli.main(["--root", str(ROOT), "bench", "mamba3_mimo_bwd_fwd", "--baseline", "tilelang_static", "--cases", "official", "--compile-only",
+                     "--json", str(tmp_path / "x.json")])
+    assert code == 2 and "--compile-only times nothing" in capsys.readouterr().err

@@ -30,6 +30,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rows = only_cases(spec.expand_cases(args.cases, where=args.where), args.case, args.cases)
     if args.set:
         rows = with_values(spec, rows, args.set)
+    if args.compile_only and (args.merge or args.devices or args.json or args.output):
+        raise UsageError("--compile-only times nothing: it takes no --merge, --devices, --json or --output")
     if args.merge:
         generated = compare.generated_hash(root, spec.op)
         merged, toolchain = _merged(rows, [Path(f) for f in args.merge], generated)
@@ -52,6 +54,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from ..run.worker import resolve
 
         base = resolve(target)
+    if args.compile_only:
+        return _compile_only(spec, rows, backend, base, args.seed)
     bandwidth = compare.copy_bandwidth(backend)
     print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
     protocol = Protocol(warmup=args.warmup, repeat=args.repeat)
@@ -69,6 +73,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _write_json(Path(args.json), args, generated, toolchain, results, failed)
     if results:
         _print_table(results, args, _provenance(spec.op, generated, toolchain))
+    return _failures(failed, len(rows))
+
+
+def _compile_only(spec, rows: list[dict], backend, base, seed: int) -> int:
+    """``--compile-only``: each side called once per case (``compare.compile_case``), a line per
+    case; the exit status as for a timed run."""
+    from ..evidence import compare
+
+    failed = []
+    for row in rows:
+        try:
+            ours_s, base_s = compare.compile_case(spec, row, backend, base, seed)
+        except compare.CaseFailed as exc:  # named; the other cases still run
+            failed.append({"case": compare.case_id(row), "error": str(exc)})
+            print(f"{failed[-1]['case']}  FAILED {failed[-1]['error']}", flush=True)
+            continue
+        print(f"{compare.case_id(row)}  first call: ours {ours_s:.2f} s, baseline {base_s:.2f} s", flush=True)
     return _failures(failed, len(rows))
 
 

@@ -122,6 +122,9 @@ def _add_bench(sub: Any) -> None:
     bench_p.add_argument("--json", type=options.file_to_write, help="also write the results as JSON (what --merge reads; with --devices, the merged results)")
     bench_p.add_argument("--merge", nargs="+", type=options.file_to_read, metavar="JSON",
                          help="run nothing: print one table from the --json files of shards run apart")
+    bench_p.add_argument("--compile-only", action="store_true",
+                         help="call each side once per case, so that its kernels are compiled into the disk "
+                              "caches: no golden, no check, no timing (the compiling processes before a timed run)")
     bench_p.set_defaults(func=cmd_bench)
 
 

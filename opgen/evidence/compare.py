@@ -21,7 +21,7 @@ from ..backends import Backend
 from ..errors import OpgenError
 from ..render.render import content_hash
 from ..run import bench
-from ..run.worker import _outputs, prepare_case
+from ..run.worker import _outputs, case_arguments, prepare_case
 from ..space.space import case_inputs, default_point, evaluate_params, find_variant, forced_point
 from ..spec.spec import OpSpec
 
@@ -104,6 +104,26 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
         torch.cuda.empty_cache()
     return CaseResult(case_id(row), times["ours"], times["baseline"], floor_s * 1e3, errors[0], errors[1],
                       firsts[0], firsts[1], hosts[0], hosts[1], dirty["ours"], dirty["baseline"], agree)
+
+
+def compile_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable[..., Any],
+                 seed: int) -> tuple[float, float]:
+    """Call the generated op and the baseline once each on one case's inputs, so that what they
+    compile lands in the disk caches: no golden, no check, no timing. Returns each side's
+    first-call seconds."""
+    op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
+    _, inputs = case_arguments(spec, row, seed, backend.device)
+    args = {name: inputs.get(name) for name in (*spec.signature.tensors, *spec.signature.scalars)}
+    firsts = []
+    for side, fn in (("ours", op), ("baseline", base)):
+        start = time.perf_counter()
+        try:
+            fn(**args)
+            backend.synchronize()
+        except Exception as exc:  # noqa: BLE001 - named, then the bench goes on with the next case
+            raise CaseFailed(f"{side}: {failure_text(exc)}") from exc
+        firsts.append(time.perf_counter() - start)
+    return firsts[0], firsts[1]
 
 
 def _named(side: str, fn: Callable[..., Any], args: dict[str, Any]) -> Callable[[], Any]:
