@@ -59,15 +59,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bandwidth = compare.copy_bandwidth(backend)
     print(f"{spec.op} vs {args.baseline} on {backend.toolchain()}; copy bandwidth {bandwidth / 1e12:.3f} TB/s", flush=True)
     protocol = Protocol(warmup=args.warmup, repeat=args.repeat)
-    results, failed = [], []
-    for row in rows:
-        try:
-            results.append(compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol))
-        except compare.CaseFailed as exc:  # named; the other cases still run
-            failed.append({"case": compare.case_id(row), "error": str(exc)})
-            print(f"{failed[-1]['case']}  FAILED {failed[-1]['error']}", flush=True)
-            continue
-        print(compare.table(results[-1:], args.baseline).splitlines()[1], flush=True)
+    results, failed = _each_case(
+        rows, lambda row: compare.run_case(spec, row, backend, base, bandwidth, args.seed, args.rounds, protocol),
+        lambda result: compare.table([result], args.baseline).splitlines()[1])
     generated, toolchain = compare.generated_hash(root, spec.op), backend.toolchain()
     if args.json:
         _write_json(Path(args.json), args, generated, toolchain, results, failed)
@@ -81,16 +75,27 @@ def _compile_only(spec, rows: list[dict], backend, base, seed: int) -> int:
     case; the exit status as for a timed run."""
     from ..evidence import compare
 
-    failed = []
+    _, failed = _each_case(rows, lambda row: (compare.case_id(row), *compare.compile_case(spec, row, backend, base, seed)),
+                           lambda r: f"{r[0]}  first call: ours {r[1]:.2f} s, baseline {r[2]:.2f} s")
+    return _failures(failed, len(rows))
+
+
+def _each_case(rows: list[dict], run, line) -> tuple[list, list[dict[str, str]]]:
+    """``run(row)`` on each case, printing ``line(result)`` or, where it raises ``CaseFailed``, the
+    case and its error (the other cases still run); the results and the failures."""
+    from ..evidence import compare
+
+    results, failed = [], []
     for row in rows:
         try:
-            ours_s, base_s = compare.compile_case(spec, row, backend, base, seed)
-        except compare.CaseFailed as exc:  # named; the other cases still run
+            result = run(row)
+        except compare.CaseFailed as exc:
             failed.append({"case": compare.case_id(row), "error": str(exc)})
             print(f"{failed[-1]['case']}  FAILED {failed[-1]['error']}", flush=True)
             continue
-        print(f"{compare.case_id(row)}  first call: ours {ours_s:.2f} s, baseline {base_s:.2f} s", flush=True)
-    return _failures(failed, len(rows))
+        results.append(result)
+        print(line(result), flush=True)
+    return results, failed
 
 
 def _failures(failed: list[dict[str, str]], total: int) -> int:

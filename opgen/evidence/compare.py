@@ -82,16 +82,7 @@ def run_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Callable
     op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
     case = prepare_case(spec, row, seed, backend.device)
     args = {name: case["inputs"].get(name) for name in (*spec.signature.tensors, *spec.signature.scalars)}
-    firsts = []
-    outs = []
-    for side, fn in (("ours", op), ("baseline", base)):
-        start = time.perf_counter()
-        try:
-            outs.append(fn(**args))
-            backend.synchronize()
-        except Exception as exc:  # noqa: BLE001 - named, then the bench goes on with the next case
-            raise CaseFailed(f"{side}: {failure_text(exc)}") from exc
-        firsts.append(time.perf_counter() - start)
+    outs, firsts = _first_calls(backend, op, base, args)
     errors = [rel_l2(_first(o), _first(case["golden"])) for o in outs]
     agree = agreement(list(spec.signature.outputs), outs[0], outs[1])
     fns = {"ours": _named("ours", op, args), "baseline": _named("baseline", base, args)}
@@ -114,16 +105,24 @@ def compile_case(spec: OpSpec, row: dict[str, Any], backend: Backend, base: Call
     op = getattr(importlib.import_module(f"generated.{spec.op}"), spec.op)
     _, inputs = case_arguments(spec, row, seed, backend.device)
     args = {name: inputs.get(name) for name in (*spec.signature.tensors, *spec.signature.scalars)}
-    firsts = []
+    _, firsts = _first_calls(backend, op, base, args)
+    return firsts[0], firsts[1]
+
+
+def _first_calls(backend: Backend, op: Callable[..., Any], base: Callable[..., Any],
+                 args: dict[str, Any]) -> tuple[list[Any], list[float]]:
+    """Each side's first call on ``args``, in turn: their outputs and seconds (compiles included);
+    what a side raises becomes a :class:`CaseFailed` naming it."""
+    outs, firsts = [], []
     for side, fn in (("ours", op), ("baseline", base)):
         start = time.perf_counter()
         try:
-            fn(**args)
+            outs.append(fn(**args))
             backend.synchronize()
         except Exception as exc:  # noqa: BLE001 - named, then the bench goes on with the next case
             raise CaseFailed(f"{side}: {failure_text(exc)}") from exc
         firsts.append(time.perf_counter() - start)
-    return firsts[0], firsts[1]
+    return outs, firsts
 
 
 def _named(side: str, fn: Callable[..., Any], args: dict[str, Any]) -> Callable[[], Any]:
