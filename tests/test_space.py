@@ -334,3 +334,24 @@ def test_an_axis_option_may_name_its_own_template():
               "rowsplit_static_separate", "rowscan_static_separate")
     assert {templates[n] for n in folded} == {"folded.py.j2"}
     assert {t for n, t in templates.items() if n not in folded} == {"bwd_fwd.py.j2"}
+
+
+def test_bwd_bwd_space_leaves_out_the_points_that_faulted():
+    """The H100 search's tf32x3 points that stopped on an illegal memory access (8 warps, the
+    chunk kernel's smallest N step) are refused by a constraint; every point that ran is not."""
+    import json
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_bwd.yaml", ROOT)
+    crashed = ran = 0
+    for line in (ROOT / "records" / "h100" / "mamba3_mimo_bwd_bwd.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["kind"] != "trial":
+            continue
+        failed = space.constraint_failed(spec, record["variant"], record["point"], _params(spec, **record["case"]))
+        if record["status"] == "crash":
+            crashed += 1
+            assert failed is not None and "num_warps < 8" in failed, record["point"]
+        elif record["point"]["num_warps"] < 8 or record["point"]["DOT_PRECISION"] == "ieee":
+            ran += 1
+            assert failed is None, record["point"]
+    assert crashed == 4 and ran >= 16
