@@ -330,8 +330,20 @@ MAMBA3_HARD = [
 ]
 
 
+# mamba3_mimo_bwd_bwd's blocked on bf16 tensor-core passes at N128 P64 R4 C16 (its chunk kernel's
+# second launch, with the six-pass operand parts staged, the largest)
+BWD_BWD_HARD = [
+    ("blocked", {"BLOCK_N": 32, "BLOCK_P": 16, "CHUNK_MAXNREG": 255, "DOT_PRECISION": precision, "DS_BLOCK_N": 32,
+                 "DS_BLOCK_P": 32, "num_stages": 1, "num_warps": 8},
+     {"B": 4, "G": 1, "H": 16, "S": 2048, "N": 128, "P": 64, "R": 4, "chunk_size": 16, "d_given": True,
+      "dtype": "bfloat16", "output_dtype": "bfloat16"}, compiled)
+    for precision, compiled in (("bf16x6", 55296), ("bf16x3", 38912))
+]
+
+
 @pytest.mark.parametrize("op, hard", [("chunk_gla_fwd_o_gk", GLA_HARD),
-                                     ("mamba3_mimo_bwd_fwd", MAMBA3_HARD)])
+                                     ("mamba3_mimo_bwd_fwd", MAMBA3_HARD),
+                                     ("mamba3_mimo_bwd_bwd", BWD_BWD_HARD)])
 def test_budget_formula_bounds_the_compiled_shared_memory_at_the_hardest_points(op, hard, tmp_path):
     """The spec's smem_bytes formula at or above the shared memory Triton allocates for sm_90a
     (the largest kernel of a point), on the points named above, compiled cold (a few seconds
