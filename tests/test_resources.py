@@ -331,13 +331,15 @@ MAMBA3_HARD = [
 
 
 # mamba3_mimo_bwd_bwd's blocked on bf16 tensor-core passes at N128 P64 R4 C16 (its chunk kernel's
-# second launch, with the six-pass operand parts staged, the largest)
+# N-wide launch, with the passes' operand parts staged, the largest), and blocked_pairs at tf32x3 on
+# 4 warps (its N-wide launch stages W M and its transpose whole, over blocked's [L, L] terms)
 BWD_BWD_HARD = [
-    ("blocked", {"BLOCK_N": 32, "BLOCK_P": 16, "CHUNK_MAXNREG": 255, "DOT_PRECISION": precision, "DS_BLOCK_N": 32,
-                 "DS_BLOCK_P": 32, "num_stages": 1, "num_warps": 8},
+    (variant, {"BLOCK_N": 32, "BLOCK_P": 16, "CHUNK_MAXNREG": 255, "DOT_PRECISION": precision, "DS_BLOCK_N": 32,
+               "DS_BLOCK_P": 32, "num_stages": 1, "num_warps": warps},
      {"B": 4, "G": 1, "H": 16, "S": 2048, "N": 128, "P": 64, "R": 4, "chunk_size": 16, "d_given": True,
       "dtype": "bfloat16", "output_dtype": "bfloat16"}, compiled)
-    for precision, compiled in (("bf16x6", 55296), ("bf16x3", 38912))
+    for variant, precision, warps, compiled in (("blocked", "bf16x6", 8, 55296), ("blocked", "bf16x3", 8, 38912),
+                                                ("blocked_pairs", "tf32x3", 4, 73728))
 ]
 
 

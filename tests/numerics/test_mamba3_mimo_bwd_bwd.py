@@ -84,16 +84,30 @@ BLOCKED_CASES = [  # (rendering, B, S, H, G, N, P, R, C, dtype, has_z, has_d, di
                                                      for c in BLOCKED_CASES])
 def test_blocked_variant(case):
     """blocked against the golden, its N, P and dS tiles below the whole dims."""
+    _blocked_run("blocked", case, ["ds", "chunk", "chunk", "reduce"], [0, 1])
+
+
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=[f"{c[0]}-S{c[2]}-G{c[4]}of{c[3]}-N{c[5]}-R{c[7]}"
+                                                     for c in BLOCKED_CASES])
+def test_blocked_pairs_variant(case):
+    """blocked_pairs against the golden: the pair matrices' launch first, then the P-wide and the
+    N-wide launches that read them."""
+    _blocked_run("blocked_pairs", case, ["ds", "chunk", "chunk", "chunk", "reduce"], [0, 2, 1])
+
+
+def _blocked_run(variant, case, kernels, parts):
+    """One of blocked's family on ``case``: its launches' kernels and chunk parts in order, then
+    every output against the golden."""
     rendering, B, S, H, G, N, P, R, C, dtype, has_z, has_d, divisor, point = case
-    module = importlib.import_module(f"generated.mamba3_mimo_bwd_bwd.kernels.{rendering}.blocked")
+    module = importlib.import_module(f"generated.mamba3_mimo_bwd_bwd.kernels.{rendering}.{variant}")
     x = make_inputs(B, S, H, G, N, P, R, chunk_size=C, rotary_dim_divisor=divisor, dtype=DTYPES[dtype],
                     has_z=has_z, has_d=has_d, seed=2000 + S * N + R)
     gold = golden(**x)
     outs = {n: torch.empty(gold[n].shape) if gold[n] is not None else None for n in OUTPUTS}
     calls = module.kernel_calls(**x, **outs, num_programs=1, point=point)
-    assert [kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__ for kernel, *_ in calls] == [
-        "mamba3_mimo_bwd_bwd_ds_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel", "mamba3_mimo_bwd_bwd_chunk_kernel",
-        "mamba3_mimo_bwd_bwd_reduce_kernel"]
+    names = [kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__ for kernel, *_ in calls]
+    assert names == [f"mamba3_mimo_bwd_bwd_{k}_kernel" for k in kernels]
+    assert [kwargs["PART"] for _kernel, _grid, kwargs, _options in calls if "PART" in kwargs] == parts
     module.launch(**x, **outs, num_programs=1, point=point)
     _check(outs, x)
 
