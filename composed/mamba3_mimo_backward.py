@@ -239,8 +239,9 @@ class Mamba3MimoFunction(torch.autograd.Function):
     ``apply(forward_fn, options, q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, dA, dt, trap,
     mimo_z, d, z)``: forward_fn takes the 14 tensors (None for absent optional ones) positionally
     and returns out [B,S,H,P]; options holds ``mamba3_mimo_backward``'s chunk_size,
-    rotary_dim_divisor and raw_angles. Only the inputs are saved. The backward reads dout in q's
-    dtype and returns each gradient in its input's dtype.
+    rotary_dim_divisor and raw_angles, and ``backward``: the callable the backward runs with
+    ``mamba3_mimo_backward``'s signature (itself unless given). Only the inputs are saved. The
+    backward reads dout in q's dtype and returns each gradient in its input's dtype.
     """
 
     @staticmethod
@@ -259,7 +260,9 @@ class Mamba3MimoFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout: Tensor) -> tuple[Optional[Tensor], ...]:
         inputs = ctx.saved_tensors
-        grads = mamba3_mimo_backward(dout.to(inputs[0].dtype), *inputs, **ctx.options)
+        options = dict(ctx.options)
+        backward = options.pop("backward", None) or mamba3_mimo_backward
+        grads = backward(dout.to(inputs[0].dtype), *inputs, **options)
         wanted = ctx.needs_input_grad[2:]
         return (None, None) + tuple(
             g.to(x.dtype) if g is not None and want else None
@@ -267,7 +270,8 @@ class Mamba3MimoFunction(torch.autograd.Function):
 
 
 def with_opgen_backward(forward_fn: Callable[..., Tensor], *, chunk_size: int = 16,
-                        rotary_dim_divisor: int = 4, raw_angles: bool = False
+                        rotary_dim_divisor: int = 4, raw_angles: bool = False,
+                        backward: Optional[Callable[..., tuple[Optional[Tensor], ...]]] = None
                         ) -> Callable[..., Tensor]:
     """The layer as forward_fn computes it, differentiable through ``mamba3_mimo_backward``.
 
@@ -277,6 +281,9 @@ def with_opgen_backward(forward_fn: Callable[..., Tensor], *, chunk_size: int = 
             d, z) and returning out [B,S,H,P]; it runs without autograd.
         chunk_size, rotary_dim_divisor, raw_angles: ``mamba3_mimo_backward``'s; the last two must
             describe what forward_fn computes.
+        backward: another backward with ``mamba3_mimo_backward``'s signature and results (a
+            baseline's, ``opgen.baselines.mamba3_mimo_backward``, to train beside it on one seed);
+            None: ``mamba3_mimo_backward``.
 
     Returns:
         layer(q, k, v, q_bias, k_bias, mimo_v, mimo_o, angles, dA, dt, trap, mimo_z=None, d=None,
@@ -285,8 +292,10 @@ def with_opgen_backward(forward_fn: Callable[..., Tensor], *, chunk_size: int = 
     if not callable(forward_fn):
         raise _error(TypeError, f"forward_fn must be callable, got {type(forward_fn).__name__}")
     _check_options(chunk_size, raw_angles)
+    if backward is not None and not callable(backward):
+        raise _error(TypeError, f"backward must be callable or None, got {type(backward).__name__}")
     options = {"chunk_size": chunk_size, "rotary_dim_divisor": rotary_dim_divisor,
-               "raw_angles": raw_angles}
+               "raw_angles": raw_angles, "backward": backward}
 
     def layer(q: Tensor, k: Tensor, v: Tensor, q_bias: Tensor, k_bias: Tensor, mimo_v: Tensor,
               mimo_o: Tensor, angles: Tensor, dA: Tensor, dt: Tensor, trap: Tensor,
