@@ -256,8 +256,8 @@ def summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "cached": sum(bool(k["cached"]) for _, k in kernels.values()),
         "failed": len(kernels) - len(good) + len(failed), "spilling": len(spills),
         "spills": [dict(variant=v, kernel=n, stores=s, loads=lo) for v, n, s, lo in spills]}
-    form = [dict(variant=e["variant"], kernel=k["name"], config=e["config"]) for e, k in good
-            if is_wgmma_fault_form(k)]
+    form = [dict(variant=e["variant"], kernel=k["name"], config=e["config"], wgmma=k["wgmma"],
+                 wgmma_small=k["wgmma_small"]) for e, k in good if is_wgmma_fault_form(k)]
     out["wgmma_fault_form"] = {"kernels": len(form), "which": form}
     if good:
         e, k = max(good, key=lambda p: p[1]["regs"])
@@ -385,7 +385,7 @@ def text(report: Mapping[str, Any]) -> str:
     lines.append(f"{form['kernels']} of them with the sm_90 wgmma fault form (triton-lang/triton#10486): at least "
                  f"two warp-group products, one with a dim of 16 or 32")
     for f in form["which"][:10]:
-        lines.append(f"  wgmma fault form: {f['variant']} {kernel_text(report, f['kernel'])}")
+        lines.append(f"  wgmma fault form: {f['variant']} {kernel_text(report, f['kernel'])} ({wgmma_text(f)})")
     if "max_regs" in s:
         m, n = s["max_regs"], s["max_smem"]
         lines.append(f"most registers: {m['regs']} ({m['variant']} {kernel_text(report, m['kernel'])}); most shared "
