@@ -141,7 +141,8 @@ _SHAPE = re.compile(r"(?:tensor|memdesc)<((?:\d+x)+)")
 
 def wgmma_dims(line: str) -> tuple[int, int, int] | None:
     """M, N and K of the warp-group dot (``ttng.warp_group_dot``) on one TTGIR line, from its type
-    signature ``A * B -> C`` (the last two dims of A and C), or None where the line holds none.
+    signature ``A * B -> C`` (M and N the last two dims of C, K the last of A), or None where the
+    line holds none.
 
     Raises:
         ValueError: a warp-group dot whose operand and result shapes are not found.
