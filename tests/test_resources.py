@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from opgen.cli.main import main
-from opgen.evidence.cuda_compile import ptxas_figures
+from opgen.evidence.cuda_compile import FIGURES, ptxas_figures, wgmma_dims, wgmma_figures
 from opgen.errors import UsageError
 from opgen.evidence.explain import explain
 from opgen.evidence.explain import text as explain_text
@@ -22,6 +22,7 @@ from opgen.storage.records import record_path
 from opgen.evidence.resource_checks import (check_text, nearest_points, parse_search, searched, spill_free,
                                            spill_free_text, twin_variants)
 from opgen.evidence.resources import compiled_call, cuda_resources, occupancy, resources, table_entries
+from opgen.evidence.resources import text as resources_text
 from opgen.space.space import budget_bytes, case_inputs, evaluate_params, find_variant, fixed_values, is_legal
 from opgen.spec.spec import load_spec
 from opgen.table.table import frozen_rows
@@ -59,6 +60,30 @@ def test_ptxas_figures_are_the_named_entry_functions():
     assert ptxas_figures(LOG, "helper_kernel") == dict(regs=40, stack=0, spill_stores=0, spill_loads=0)
     assert ptxas_figures(LOG, "other_kernel") is None
     assert ptxas_figures(LOG.replace("Used 128 registers", "Used registers"), "op_chunk_kernel") is None
+
+
+# TTGIR lines as Triton 3.6 prints them for sm_90a: warp-group dots with A in registers or in shared
+# memory, the wait on them, and a dot left on mma v2 (ieee fp32)
+TTGIR = """\
+      %b_m_332 = ttng.warp_group_dot %b_m_327, %b_m_329, %cst_12 {inputPrecision = 0 : i32, isAsync = true} : \
+tensor<64x16xf32, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 1}>> * !ttg.memdesc<16x64xf32, #shared1, #smem> \
+-> tensor<64x64xf32, #mma> loc(#loc688)
+      %b_m_333:2 = ttng.warp_group_dot_wait %b_m_332, %b_m_329 {pendings = 0 : i32} : tensor<64x64xf32, #mma>, \
+!ttg.memdesc<16x64xf32, #shared1, #smem> loc(#loc688)
+      %acc = ttng.warp_group_dot %a, %b, %c {inputPrecision = 0 : i32} : !ttg.memdesc<128x64xbf16, #shared, #smem> \
+* !ttg.memdesc<64x128xbf16, #shared1, #smem> -> tensor<128x128xf32, #mma>
+      %b_m_322 = tt.dot %dy_320, %b_m_321, %arg34 : tensor<64x16xf32, #ttg.dot_op<{opIdx = 0, parent = #blocked3}>> \
+* tensor<16x64xf32, #ttg.dot_op<{opIdx = 1, parent = #blocked3}>> -> tensor<64x64xf32, #blocked3> loc(#loc694)
+"""
+
+
+def test_wgmma_figures_count_the_warp_group_dots_and_their_small_dims():
+    lines = TTGIR.splitlines()
+    assert [wgmma_dims(line) for line in lines] == [(64, 64, 16), None, (128, 128, 64), None]
+    assert wgmma_figures(TTGIR) == dict(wgmma=2, wgmma_small=1)
+    assert wgmma_figures("") == dict(wgmma=0, wgmma_small=0)
+    with pytest.raises(ValueError):
+        wgmma_dims("%x = ttng.warp_group_dot %a, %b, %c")
 
 
 def test_occupancy_takes_the_least_limit():
@@ -112,7 +137,7 @@ def test_compiles_for_sm90_on_this_host_and_caches_the_figures(tmp_path, capsys)
     (entry,) = report["entries"]
     (kernel,) = entry["kernels"]
     assert kernel["cached"] is False and kernel["name"] == "chunk_gla_fwd_o_gk_kernel"
-    for name in ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "ctas"):
+    for name in (*FIGURES, "ctas"):
         assert isinstance(kernel[name], int) and kernel[name] >= 0, (name, kernel)
     assert kernel["regs"] > 0 and kernel["num_warps"] == entry["config"]["num_warps"]
     assert report["summary"]["kernels"] == 1 and report["target"].startswith("sm_90a")
@@ -191,7 +216,7 @@ def test_frozen_choices_compile_for_sm90(op, tmp_path):
     for entry in report["entries"]:
         assert entry["kernels"], entry
         for k in entry["kernels"]:
-            for name in ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "ctas"):
+            for name in (*FIGURES, "ctas"):
                 assert isinstance(k[name], int) and k[name] >= 0, (entry["variant"], k)
             assert 0 < k["regs"] <= 255 and k["num_warps"] == entry["config"]["num_warps"] and k["ctas"] >= 1
             if op == "chunk_gla_fwd_o_gk":
@@ -443,3 +468,43 @@ def test_uncapped_choice_has_a_spill_free_option_under_168_registers(variant, tm
     (item,) = report["entries"]
     chunk = next(k for k in item["kernels"] if k["name"].endswith("_chunk_kernel"))
     assert chunk["regs"] <= 168, chunk
+
+
+# mamba3_mimo_bwd_bwd's blocked at N128 P64 R4 C16 on P blocks of 16: at tf32x3 its chunk kernel's
+# products go to warp-group dots with a dim of 16 (the form of the sm_90 wgmma fault, which struck
+# tf32x3 points of this variant on the H100); at ieee (fp32 on mma v2) it has none
+WGMMA_CASE = {"B": 4, "G": 1, "H": 16, "S": 2048, "N": 128, "P": 64, "R": 4, "chunk_size": 16, "d_given": True,
+              "dtype": "bfloat16"}
+
+
+def _wgmma_point(precision):
+    from opgen.evidence.resources import Entry
+
+    config = {"BLOCK_N": 32, "BLOCK_P": 16, "CHUNK_MAXNREG": 255, "DOT_PRECISION": precision, "DS_BLOCK_N": 32,
+              "DS_BLOCK_P": 32, "num_stages": 1, "num_warps": 4}
+    return Entry("sample", "blocked", tuple(config.items()), tuple(WGMMA_CASE.items()))
+
+
+@pytest.fixture(scope="module")
+def wgmma_report(tmp_path_factory):
+    """Both points compiled cold for sm_90a, together (a few seconds)."""
+    entries = [_wgmma_point("tf32x3"), _wgmma_point("ieee")]
+    cache = tmp_path_factory.mktemp("wgmma")
+    report = cuda_resources(ROOT, _spec("mamba3_mimo_bwd_bwd"), profile("h100"), entries, workers=2, cache=cache)
+    assert report["summary"]["failed"] == 0, report["entries"]
+    return report
+
+
+def test_tf32x3_blocked_chunk_kernel_has_the_wgmma_fault_form(wgmma_report):
+    tf32x3 = wgmma_report["entries"][0]
+    chunk = [k for k in tf32x3["kernels"] if k["name"].endswith("_chunk_kernel")]
+    assert chunk and all(k["wgmma"] >= 2 and k["wgmma_small"] > 0 for k in chunk), chunk
+    form = wgmma_report["summary"]["wgmma_fault_form"]
+    assert form["kernels"] >= 1 and {f["variant"] for f in form["which"]} == {"blocked"}
+    assert {f["config"]["DOT_PRECISION"] for f in form["which"]} == {"tf32x3"}
+    assert "with the sm_90 wgmma fault form (triton-lang/triton#10486)" in resources_text(wgmma_report)
+
+
+def test_ieee_blocked_has_no_warp_group_dots(wgmma_report):
+    ieee = wgmma_report["entries"][1]
+    assert ieee["kernels"] and all(k["wgmma"] == k["wgmma_small"] == 0 for k in ieee["kernels"]), ieee

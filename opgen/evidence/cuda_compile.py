@@ -7,7 +7,8 @@ integers, integers equal to 1, the launch options) and compiled by ``triton.comp
 ``GPUTarget("cuda", CC, 32)`` through a driver that names the target, as ``JITFunction.run`` would
 compile it, minus the launch. ptxas's ``-v`` report gives the registers per thread, the spill
 stores and loads and the stack frame (bytes); Triton's metadata the shared memory (bytes) and the
-warps. The figures of each kernel are cached in ``<cache>/<key[:2]>/<key>.json``, the key being
+warps; the TTGIR the warp-group (wgmma) dots, and those with an M, N or K of 16 or 32. The
+figures of each kernel are cached in ``<cache>/<key[:2]>/<key>.json``, the key being
 Triton's compile key (the kernel's source and the functions it calls, specialisation,
 constexprs, launch options, Triton's and ptxas's versions): a run compiles only the kernels that
 changed, the distinct ones once, in ``workers`` processes where more than one is missing.
@@ -37,11 +38,15 @@ from typing import Any, Mapping
 from ..spec.spec import load_spec
 from .launches import record
 
-FORMAT = 1
+FORMAT = 2
 """Version of the cached figures: a change of what is read or how invalidates every entry."""
 
-FIGURES = ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps")
+FIGURES = ("regs", "spill_stores", "spill_loads", "stack", "smem", "num_warps", "wgmma", "wgmma_small")
 """What each compiled kernel reports, as ints."""
+
+SMALL_DIMS = (16, 32)
+"""Product dims of the sm_90 wgmma fault form (triton-lang/triton#10486, #11366: several ``tl.dot``,
+one with a dim of 16 or 32, reading shared memory out of bounds under Triton 3.6 to 3.7.1)."""
 
 
 class _TargetDriver:
@@ -129,6 +134,43 @@ def _ptxas_report(ptx: str, cc: int) -> str:
     return done.stdout + done.stderr
 
 
+# --- the TTGIR's warp-group dots ---------------------------------------------------------------
+_WGMMA = re.compile(r"ttng\.warp_group_dot\b(.*)")
+_SHAPE = re.compile(r"(?:tensor|memdesc)<((?:\d+x)+)")
+
+
+def wgmma_dims(line: str) -> tuple[int, int, int] | None:
+    """M, N and K of the warp-group dot (``ttng.warp_group_dot``) on one TTGIR line, from its type
+    signature ``A * B -> C`` (M and N the last two dims of C, K the last of A), or None where the
+    line holds none.
+
+    Raises:
+        ValueError: a warp-group dot whose operand and result shapes are not found.
+    """
+    found = _WGMMA.search(line)
+    if found is None:
+        return None
+    operands, _, result = found.group(1).split(" loc(")[0].rpartition("->")
+    a, c = _SHAPE.findall(operands)[-2:-1], _SHAPE.findall(result)[:1]
+    if not a or not c:
+        raise ValueError(f"no operand and result shapes in a warp-group dot: {line.strip()[:300]}")
+    a_dims, c_dims = ([int(d) for d in shape.rstrip("x").split("x")] for shape in (a[0], c[0]))
+    return c_dims[-2], c_dims[-1], a_dims[-1]
+
+
+def wgmma_figures(ttgir: str) -> dict[str, int]:
+    """The warp-group dots of a kernel's TTGIR (``wgmma``) and those with an M, N or K in
+    :data:`SMALL_DIMS` (``wgmma_small``)."""
+    dims = [d for d in map(wgmma_dims, ttgir.splitlines()) if d is not None]
+    return dict(wgmma=len(dims), wgmma_small=sum(any(x in SMALL_DIMS for x in d) for d in dims))
+
+
+def is_wgmma_fault_form(kernel: Mapping[str, Any]) -> bool:
+    """Whether a compiled kernel has the form of the sm_90 wgmma fault (triton-lang/triton#10486):
+    at least two warp-group dots, one of them with a dim in :data:`SMALL_DIMS`."""
+    return kernel.get("wgmma", 0) >= 2 and kernel.get("wgmma_small", 0) >= 1
+
+
 # --- binding, keys, compiling -------------------------------------------------------------------
 def _bound(launch: Any) -> tuple[Any, Any, Any, Any]:
     """Triton's compile source, target, backend and options of one recorded launch, formed as
@@ -177,7 +219,8 @@ def _compile(launch: Any) -> dict[str, Any]:
     if figures is None:
         raise RuntimeError(f"ptxas -v gave no figures for {meta.name}")
     return dict(name=meta.name, **figures, smem=meta.shared, num_warps=meta.num_warps,
-                num_stages=meta.num_stages, maxnreg=getattr(options, "maxnreg", None))
+                **wgmma_figures(compiled.asm["ttgir"]), num_stages=meta.num_stages,
+                maxnreg=getattr(options, "maxnreg", None))
 
 
 def _read(cache: Path, key: str) -> dict[str, Any] | None:
@@ -299,10 +342,10 @@ def _compile_all(tasks: list[Task], workers: int, timeout: float | None, log: An
 def compile_jobs(root: Path, jobs: list[Mapping[str, Any]], cc: int, cache: Path, workers: int = 1,
                  timeout: float | None = None, log: Any = sys.stderr) -> list[dict[str, Any]]:
     """The kernels of each job, with their figures: ``{"kernels": [{"name", "key", "cached",
-    regs, spill_stores, spill_loads, stack, smem, num_warps, ...}]}``, or ``{"error": ...}`` for a
-    job whose launches could not be recorded or bound; a kernel that did not compile (or not
-    within ``timeout`` seconds) holds its ``error``, and is not cached. Each job: ``op``,
-    ``variant``, ``config``, ``case``, ``programs``."""
+    regs, spill_stores, spill_loads, stack, smem, num_warps, wgmma, wgmma_small, ...}]}``, or
+    ``{"error": ...}`` for a job whose launches could not be recorded or bound; a kernel that did
+    not compile (or not within ``timeout`` seconds) holds its ``error``, and is not cached. Each
+    job: ``op``, ``variant``, ``config``, ``case``, ``programs``."""
     set_target(cc)
     keys: list[list[tuple[str, str]] | str] = []
     for job in jobs:

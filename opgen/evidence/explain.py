@@ -5,8 +5,8 @@ the tuned point measured fastest there or from another tuned or measured bucket,
 default; the on-chip estimate against the chip's budget and the compiler's figure where a record
 holds one. From the spec and the records alone, no device (``--compile`` adds the compiler's
 figures at the call's shape, ``opgen.evidence.resources.compiled_call``).
-Uses ``case_checks``, ``errors``, ``fill_score``, ``hardware``, ``kernels``, ``keys``, ``records``,
-``space``, ``spec``, ``spec_values``, ``table``.
+Uses ``case_checks``, ``cuda_compile``, ``errors``, ``fill_score``, ``hardware``, ``kernels``, ``keys``,
+``records``, ``space``, ``spec``, ``spec_values``, ``table``.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from ..spec.spec_values import value_kinds
 from ..storage.records import read_paths, record_path
 from ..table.fill_score import leave_one_out, summarize
 from ..table.table import FrozenTable, Row, default_source, frozen_rows
+from .cuda_compile import is_wgmma_fault_form
 
 
 def parse_values(spec: OpSpec, items: list[str], complete: bool = True) -> dict[str, Any]:
@@ -279,8 +280,10 @@ def _compiled_lines(result: Mapping[str, Any]) -> list[str]:
             lines.append(f"    {name}: front end {verdict}; the UB figure needs an NPU")
         else:
             by = ", ".join(n for n, v in k["limits"].items() if v == k["ctas"])
+            form = (f"; sm_90 wgmma fault form ({k['wgmma']} warp-group dots, {k['wgmma_small']} with a dim "
+                    f"of 16 or 32)" if is_wgmma_fault_form(k) else "")
             lines.append(f"    {name}: {k['regs']} registers, spills {k['spill_stores']} B stored "
                          f"{k['spill_loads']} B loaded, stack {k['stack']} B, smem {k['smem']} B, "
-                         f"{k['num_warps']} warps: {k['ctas']} CTAs/SM ({by})")
+                         f"{k['num_warps']} warps: {k['ctas']} CTAs/SM ({by}){form}")
     return lines
 

@@ -39,7 +39,7 @@ from ..spec.spec import OpSpec
 from ..storage.records import Budget, record_path
 from ..table.table import FrozenTable, frozen_rows
 from . import cuda_compile
-from .cuda_compile import has_nvidia_backend
+from .cuda_compile import has_nvidia_backend, is_wgmma_fault_form
 from .explain import explain
 from .launches import record
 
@@ -239,9 +239,10 @@ def _with_occupancy(chip: ChipProfile, kernel: dict[str, Any]) -> dict[str, Any]
 
 
 def summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Distinct kernels (compiled now, from the cache, failed), those that spill, the most
-    registers and shared memory, and the choices' agreement with the figures their winner records
-    hold from the device (shared memory: the largest kernel's; registers)."""
+    """Distinct kernels (compiled now, from the cache, failed), those that spill, those of the
+    wgmma fault form (``cuda_compile.is_wgmma_fault_form``), the most registers and shared memory,
+    and the choices' agreement with the figures their winner records hold from the device (shared
+    memory: the largest kernel's; registers)."""
     kernels: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     failed = [e for e in entries if "error" in e]
     for e in entries:
@@ -255,6 +256,9 @@ def summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
         "cached": sum(bool(k["cached"]) for _, k in kernels.values()),
         "failed": len(kernels) - len(good) + len(failed), "spilling": len(spills),
         "spills": [dict(variant=v, kernel=n, stores=s, loads=lo) for v, n, s, lo in spills]}
+    form = [dict(variant=e["variant"], kernel=k["name"], config=e["config"], wgmma=k["wgmma"],
+                 wgmma_small=k["wgmma_small"]) for e, k in good if is_wgmma_fault_form(k)]
+    out["wgmma_fault_form"] = {"kernels": len(form), "which": form}
     if good:
         e, k = max(good, key=lambda p: p[1]["regs"])
         out["max_regs"] = {"regs": k["regs"], "variant": e["variant"], "kernel": k["name"]}
@@ -321,6 +325,11 @@ def kernel_text(report: Mapping[str, Any], name: str) -> str:
     return name.removeprefix(f"{report['op']}_")
 
 
+def wgmma_text(kernel: Mapping[str, Any]) -> str:
+    """A compiled kernel's warp-group dots and those with a dim of 16 or 32: ``n/small``."""
+    return f"{kernel.get('wgmma', '?')}/{kernel.get('wgmma_small', '?')}"
+
+
 def _head(e: Mapping[str, Any]) -> str:
     what = {"choice": f"choice ({e['rows']} rows)", "default": f"default ({e['rows']} rows' shape)",
             "case": "case", "sample": "sample"}[e["role"]]
@@ -347,9 +356,10 @@ def text(report: Mapping[str, Any]) -> str:
         return "\n".join(lines)
     lines.append(f"  compiled by {report['python']}; figures cached in {report['cache']}")
     lines.append("  CTAs/SM: blocks a multiprocessor holds, the least of its limits by registers, shared "
-                 "memory, threads and its block count (the limiting ones named)")
+                 "memory, threads and its block count (the limiting ones named); wgmma: warp-group dots/"
+                 "those with an M, N or K of 16 or 32")
     header = (f"  {'kernel':<28} {'warps':>5} {'regs':>5} {'spill st':>8} {'spill ld':>8} {'stack':>6} "
-              f"{'smem':>7} {'CTAs/SM':>7}  limited by")
+              f"{'smem':>7} {'CTAs/SM':>7} {'wgmma':>7}  limited by")
     lines.append(header)
     for e in report["entries"]:
         lines.append(_head(e))
@@ -361,7 +371,7 @@ def text(report: Mapping[str, Any]) -> str:
                 continue
             by = ", ".join(n for n, v in k["limits"].items() if v == k["ctas"])
             lines.append(f"  {kernel_text(report, k['name']):<28} {k['num_warps']:>5} {k['regs']:>5} {k['spill_stores']:>8} "
-                         f"{k['spill_loads']:>8} {k['stack']:>6} {k['smem']:>7} {k['ctas']:>7}  {by}")
+                         f"{k['spill_loads']:>8} {k['stack']:>6} {k['smem']:>7} {k['ctas']:>7} {wgmma_text(k):>7}  {by}")
         record = e.get("record")
         if record is not None and record.get("reported") is not None:
             lines.append(f"  recorded on the device: smem {record['reported']}, regs {record.get('regs')}, "
@@ -371,6 +381,11 @@ def text(report: Mapping[str, Any]) -> str:
                  f"{s['failed']} failed; {s['spilling']} of them spill registers")
     for sp in s["spills"][:10]:
         lines.append(f"  spills: {sp['variant']} {kernel_text(report, sp['kernel'])}: {sp['stores']} B stored, {sp['loads']} B loaded")
+    form = s["wgmma_fault_form"]
+    lines.append(f"{form['kernels']} of them with the sm_90 wgmma fault form (triton-lang/triton#10486): at least "
+                 f"two warp-group products, one with a dim of 16 or 32")
+    for f in form["which"][:10]:
+        lines.append(f"  wgmma fault form: {f['variant']} {kernel_text(report, f['kernel'])} ({wgmma_text(f)})")
     if "max_regs" in s:
         m, n = s["max_regs"], s["max_smem"]
         lines.append(f"most registers: {m['regs']} ({m['variant']} {kernel_text(report, m['kernel'])}); most shared "
