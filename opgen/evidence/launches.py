@@ -9,7 +9,7 @@ together, and nothing is compiled or run. What a compiler then makes of them
 constexprs, the integer and pointer specialisation and the launch options are the real ones.
 Works under upstream Triton and triton-ascend alike. :func:`intercepted` is the replacement
 itself, with any callable in the launch's place (``opgen host-time`` counts launches with it).
-Uses ``spec``, ``space``, ``worker``.
+Uses ``spec``, ``space``, ``worker``, ``compiled`` (its method swap).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import importlib
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
+from ..run.compiled import swapped
 from ..run.worker import _outputs
 from ..space.space import case_inputs, evaluate_params
 from ..spec.spec import OpSpec
@@ -73,21 +74,15 @@ def intercepted(on_launch: Callable[[Any, tuple[Any, ...], dict[str, Any]], obje
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    run, getitem = JITFunction.run, InterpretedFunction.__getitem__
-
     def run_instead(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         on_launch(self, args, kwargs)
 
     def getitem_instead(self: Any, grid: Any) -> Any:
         return lambda *args, **kwargs: on_launch(self, args, kwargs)
 
-    JITFunction.run = run_instead  # type: ignore[method-assign]
-    InterpretedFunction.__getitem__ = getitem_instead  # type: ignore[method-assign]
-    try:
+    with swapped(JITFunction, "run", lambda _run: run_instead), \
+            swapped(InterpretedFunction, "__getitem__", lambda _getitem: getitem_instead):
         yield
-    finally:
-        JITFunction.run = run  # type: ignore[method-assign]
-        InterpretedFunction.__getitem__ = getitem  # type: ignore[method-assign]
 
 
 @contextmanager

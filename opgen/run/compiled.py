@@ -1,13 +1,28 @@
 """What the compiler made of a launch: the compiled kernels a variant's ``launch`` ran
 (:func:`kept_kernels`) and the on-chip usage they report (:func:`reported`), which the tuner
-records with every trial (``budget.reported``, ``regs``, ``spills``).
+records with every trial (``budget.reported``, ``regs``, ``spills``). :func:`swapped` replaces a
+method of Triton's for the span of a block (here ``JITFunction.run``; ``opgen.evidence.launches``
+swaps the launch for a record of it).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["kept_kernels", "reported"]
+__all__ = ["kept_kernels", "reported", "swapped"]
+
+
+@contextmanager
+def swapped(owner: type, name: str, replacement: Callable[[Callable[..., Any]], Callable[..., Any]]
+            ) -> Iterator[None]:
+    """While open, ``owner.name`` is ``replacement(the method it replaces)``; restored on leaving,
+    whatever happens inside."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
 
 
 def reported(kernels: list[Any]) -> dict[str, int]:
@@ -31,16 +46,14 @@ def kept_kernels() -> Iterator[list[Any]]:
     returns at most one of them itself."""
     from triton.runtime.jit import JITFunction
 
-    run = JITFunction.run
     kept: list[Any] = []
 
-    def run_and_keep(self: Any, *args: Any, **kwargs: Any) -> Any:
-        compiled = run(self, *args, **kwargs)
-        kept.append(compiled)
-        return compiled
+    def keeping(run: Callable[..., Any]) -> Callable[..., Any]:
+        def run_and_keep(self: Any, *args: Any, **kwargs: Any) -> Any:
+            compiled = run(self, *args, **kwargs)
+            kept.append(compiled)
+            return compiled
+        return run_and_keep
 
-    JITFunction.run = run_and_keep  # type: ignore[method-assign]
-    try:
+    with swapped(JITFunction, "run", keeping):
         yield kept
-    finally:
-        JITFunction.run = run  # type: ignore[method-assign]
