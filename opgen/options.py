@@ -226,14 +226,14 @@ def storage(text: str) -> str:
     if "://" not in text:
         return file_to_write(text)
     database_url(text)
-    if (path := _sqlite_path(text)) not in (None, "", ":memory:"):
+    if (path := sqlite_path(text)) not in (None, "", ":memory:"):
         file_to_write(path)
     return text
 
 
-def _sqlite_path(url: str) -> str | None:
+def sqlite_path(url: str) -> str | None:
     """The file an SQLite URL names ("" or ":memory:" for an in-memory database; None for another
-    database)."""
+    database); the storage opens the same file (``opgen.storage.storage``)."""
     if url.split("+", 1)[0].split("://", 1)[0] != "sqlite":
         return None
     return url.split("://", 1)[1].split("?", 1)[0].removeprefix("/")
@@ -246,7 +246,7 @@ def storage_to_read(text: str) -> str:
     if "://" not in text:
         return file_to_read(text)
     database_url(text)
-    if (path := _sqlite_path(text)) is not None:
+    if (path := sqlite_path(text)) is not None:
         if path in ("", ":memory:"):
             raise _refuse("an SQLite URL naming a database file (sqlite:///path)", text)
         file_to_read(path)

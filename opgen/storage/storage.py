@@ -12,7 +12,7 @@
   (``opgen.storage.claims``) and records are kept in the database (``opgen.storage.db_records``).
 - Any other RDB URL is opened as it is: hosts sharing it must split the work with ``--shard``.
 
-Uses ``db``, ``errors``; ``claims`` and ``db_records`` for their tables.
+Uses ``db``, ``errors``, ``options`` (the SQLite file a URL names); ``claims`` and ``db_records`` for their tables.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import OpgenError, StorageError
+from ..options import sqlite_path
 from . import claims, db_records
 from .db import advisory_key, engine, first_line, is_postgres, is_url, shown
 
@@ -106,13 +107,10 @@ def storage_errors(where: str) -> Iterator[None]:
 
 
 def _sqlite_file(url: str) -> Path | None:
-    """The file of an SQLite URL (None for an in-memory or non-SQLite database)."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        return None
-    return Path(parsed.database).resolve()
+    """The file of an SQLite URL (None for an in-memory or non-SQLite database), as the command
+    line's check of the URL reads it (:func:`opgen.options.sqlite_path`)."""
+    path = sqlite_path(url)
+    return None if path in (None, "", ":memory:") else Path(path).resolve()
 
 
 # --- journal and SQLite files: one campaign (or the shares of one split) at a time -------------
