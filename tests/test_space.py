@@ -355,3 +355,17 @@ def test_bwd_bwd_space_leaves_out_the_points_that_faulted():
             ran += 1
             assert failed is None, record["point"]
     assert crashed == 4 and ran >= 16
+
+
+def test_bwd_bwd_searches_bf16x3_only_for_half_outputs():
+    """Three bf16 passes fall outside an fp32 output's error model: the space keeps them for bf16
+    outputs and refuses them for fp32 ones; six passes stay in both."""
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_bwd.yaml", ROOT)
+    row = dict(B=4, S=2048, H=16, G=1, N=64, P=64, R=4, chunk_size=16, d_given=True, dtype="bfloat16")
+    point = {"BLOCK_N": 64, "BLOCK_P": 16, "CHUNK_MAXNREG": 0, "DS_BLOCK_N": 32, "DS_BLOCK_P": 32,
+             "num_stages": 1, "num_warps": 4}
+    for out, precision, refused in (("float32", "bf16x3", True), ("bfloat16", "bf16x3", False),
+                                    ("float32", "bf16x6", False)):
+        params = _params(spec, **row, output_dtype=out)
+        failed = space.constraint_failed(spec, "blocked_pairs", {**point, "DOT_PRECISION": precision}, params)
+        assert (failed is not None) == refused, (out, precision, failed)
