@@ -26,16 +26,18 @@ def test_npu_kernel_accepted_by_ascend_front_end(dtype, has_z, has_d, R):
 @pytest.mark.parametrize("variant, dtype, has_z, has_d, R, point", [
     ("blocked", torch.bfloat16, True, True, 4, {"BLOCK_N": 16, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16}),
     ("blocked", torch.float16, False, False, 1, {"BLOCK_N": 32, "BLOCK_P": 32, "DS_BLOCK_N": 32, "DS_BLOCK_P": 32}),
-    ("blocked_pairs", torch.bfloat16, True, True, 4, {"BLOCK_N": 16, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16})],
-    ids=["bf16-Z-D-R4-tiles16", "fp16-noZ-noD-R1-whole", "pairs-bf16-Z-D-R4-tiles16"])
+    ("blocked_pairs", torch.bfloat16, True, True, 4, {"BLOCK_N": 16, "BLOCK_P": 16, "DS_BLOCK_N": 16, "DS_BLOCK_P": 16}),
+    ("blocked_pairs", torch.float16, False, True, 2, {"BLOCK_N": 32, "BLOCK_P": 16, "DS_BLOCK_N": 32, "DS_BLOCK_P": 16,
+                                                       "PAIR_PRODUCTS": True})],
+    ids=["bf16-Z-D-R4-tiles16", "fp16-noZ-noD-R1-whole", "pairs-bf16-Z-D-R4-tiles16", "pairs-products-apart"])
 def test_npu_blocked_kernels_accepted_by_ascend_front_end(variant, dtype, has_z, has_d, R, point):
     module = importlib.import_module(f"generated.mamba3_mimo_bwd_bwd.kernels.npu.{variant}")
     x = make_inputs(2, 40, 4, 2, 32, 32, R, chunk_size=8, dtype=dtype, has_z=has_z, has_d=has_d, seed=0)
     gold = golden(**x)
     outs = {n: torch.empty(gold[n].shape) if gold[n] is not None else None for n in OUTPUTS}
     calls = module.kernel_calls(**x, **outs, num_programs=20, point=dict(point, multibuffer=True))
-    # the dS scan, the chunk kernel's parts (blocked_pairs: one more), the reduction
-    assert len(calls) == (5 if variant == "blocked_pairs" else 4)
+    # the dS scan, the chunk kernel's parts (blocked_pairs: one more, two with the products apart), the reduction
+    assert len(calls) == 4 + (variant == "blocked_pairs") + bool(point.get("PAIR_PRODUCTS"))
     for kernel, _grid, kwargs, options in calls:
         assert options == {"multibuffer": True}
         result = ascend_frontend(kernel, kwargs, arch="Ascend910B3", options=options)

@@ -588,3 +588,33 @@ def test_flush_is_kept_and_lines_from_before_it_read_as_a_writing_flush(tmp_path
     _write(path, [dataclasses.replace(rec, flush="write")])
     row = tables.frozen_rows(gla, CHIP, path, hashes, fill=False).rows[0]
     assert row.comment.startswith("median 0.1234 ms (writing flush), ")
+
+
+def test_a_tunable_the_variant_fixes_keeps_its_records_in_force(tmp_path):
+    """mamba3_mimo_bwd_bwd's H100 records predate PAIR_PRODUCTS, which blocked fixes (False): read
+    now, every point and re-measured name carries it and every winner stays fresh. Moved to
+    blocked_pairs, which searches it, the same winner is stale: its point lacks a searched tunable."""
+    from opgen.render.kernels import kernel_hashes
+    from opgen.table.table_records import read_keyed, split_winners
+
+    spec = load_spec(ROOT / "specs" / "mamba3_mimo_bwd_bwd.yaml", ROOT)
+    chip = profile("h100")
+    source = ROOT / "records" / "h100" / "mamba3_mimo_bwd_bwd.jsonl"
+    assert all("PAIR_PRODUCTS" not in json.loads(line)["point"] for line in source.read_text().splitlines())
+    found = read_keyed(spec, chip, source).records
+    assert all(r.point["PAIR_PRODUCTS"] is False for r in found)
+    winners = [r for r in found if isinstance(r, records.WinnerRecord)]
+    assert winners and all(name.endswith(",PAIR_PRODUCTS=False") for w in winners for name in w.remeasured_ms)
+    hashes = kernel_hashes(ROOT, spec, "cuda")
+    fresh, stale = split_winners(spec, chip, source, found, hashes)[:2]
+    assert len(fresh) == len(winners) and not stale
+
+    moved = tmp_path / "h100" / "mamba3_mimo_bwd_bwd.jsonl"
+    moved.parent.mkdir()
+    lines = [json.loads(line) for line in source.read_text().splitlines()]
+    for line in lines:
+        if line["kind"] == "winner":
+            line.update(variant="blocked_pairs", kernel_hash=hashes["blocked_pairs"])
+    moved.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fresh, stale = split_winners(spec, chip, moved, read_keyed(spec, chip, moved).records, hashes)[:2]
+    assert not fresh and stale and all("are not the spec's" in s.reason for s in stale)

@@ -1,8 +1,9 @@
 """The tuning records as the table reads them: read after those of the chip they inherit from,
 keyed as the spec buckets their cases now (:func:`rekeyed`), and each key's winner in force
 (:func:`held_winners`), fresh or stale (:func:`split_winners`), or held back for the measure step
-(:func:`pending_winners`). :func:`once` and :func:`records_key` keep what is computed from a
-records file while the file is unchanged.
+(:func:`pending_winners`), each point completed by the tunables the spec added since where its
+variant fixes them (:func:`completed`). :func:`once` and :func:`records_key` keep what is computed
+from a records file while the file is unchanged.
 Uses ``bucket_shapes``, ``case_checks``, ``errors``, ``fill_measured``, ``fits``, ``hardware``,
 ``keys``, ``records``, ``space``, ``spec``, ``spec_values``, ``table_rows``.
 """
@@ -74,7 +75,7 @@ def read_keyed_moved(spec: OpSpec, chip: ChipProfile, path: Path) -> tuple[Recor
     of the record returned)."""
     found = [read(p, op=spec.op, chip=name) for p, name in read_paths(path, chip)]
     stored = tuple(r for f in found for r in f.records)
-    keyed = rekeyed(spec, stored)
+    keyed = completed(spec, chip, rekeyed(spec, stored))
     moved = {id(new): old.key for old, new in zip(stored, keyed) if new is not old}
     return RecordFile(path, keyed, sum(f.torn for f in found)), moved
 
@@ -95,6 +96,50 @@ def rekeyed(spec: OpSpec, records: Iterable[Record]) -> tuple[Record, ...]:
         key = keys[case]
         out.append(rec if key is None or key == rec.key else dataclasses.replace(rec, key=key))
     return tuple(out)
+
+
+def completed(spec: OpSpec, chip: ChipProfile, records: Iterable[Record]) -> tuple[Record, ...]:
+    """``records`` with each point (a cross-check's fill point, a winner's re-measured point names)
+    completed by the chip's tunables it lacks where its variant fixes them, at their value for the
+    record's case: a tunable added for another variant changes nothing this one ran, so its
+    records stay in force. A point that lacks a tunable its variant searches is left as it is
+    (stale where a winner)."""
+    names = spec.tunables_for(chip.backend)
+    out = []
+    for rec in records:
+        new: dict[str, Any] = {"point": _completed(spec, names, rec.variant, rec.point, rec.case)}
+        if hasattr(rec, "fill_point"):
+            new["fill_point"] = _completed(spec, names, rec.fill_variant, rec.fill_point, rec.case)
+        if hasattr(rec, "remeasured_ms") and new["point"] is not rec.point:
+            new["remeasured_ms"] = {_completed_name(spec, names, name, rec.case): ms
+                                    for name, ms in rec.remeasured_ms.items()}
+        changed = {k: v for k, v in new.items() if v is not getattr(rec, k)}
+        out.append(dataclasses.replace(rec, **changed) if changed else rec)
+    return tuple(out)
+
+
+def _completed_name(spec: OpSpec, names: Iterable[str], name: str, case: Mapping[str, Any]) -> str:
+    """A point's name as records keep it (``Point.name``), with the tunables :func:`_completed`
+    adds appended."""
+    variant, values = parse_point_name(name)
+    full = _completed(spec, names, variant, values, case)
+    return name + "".join(f",{k}={v}" for k, v in full.items() if k not in values)
+
+
+def _completed(spec: OpSpec, names: Iterable[str], variant: str, point: dict[str, Any],
+               case: Mapping[str, Any]) -> dict[str, Any]:
+    """``point`` with the tunables of ``names`` it lacks that ``variant`` fixes (``point`` itself
+    where none is missing or the variant, the case or a fixed value does not evaluate)."""
+    missing = [n for n in names if n not in point]
+    if not missing:
+        return point
+    try:
+        fixed = fixed_values(spec, find_variant(spec, variant), case_params(spec, case, "case"))
+    except (SpecError, ExprError, RecordError):
+        return point
+    if not all(n in fixed for n in missing):
+        return point
+    return {**point, **{n: fixed[n] for n in missing}}
 
 
 def pending_winners(spec: OpSpec, chip: ChipProfile, path: Path, records: Iterable[Record],

@@ -95,6 +95,14 @@ def test_blocked_pairs_variant(case):
     _blocked_run("blocked_pairs", case, ["ds", "chunk", "chunk", "chunk", "reduce"], [0, 2, 1])
 
 
+@pytest.mark.parametrize("case", BLOCKED_CASES[::2], ids=[f"{c[0]}-S{c[2]}-N{c[5]}-R{c[7]}" for c in BLOCKED_CASES[::2]])
+def test_blocked_pairs_with_the_products_apart(case):
+    """blocked_pairs with PAIR_PRODUCTS: A and M in a launch of their own before the pairs'."""
+    *shape, point = case
+    _blocked_run("blocked_pairs", (*shape, dict(point, PAIR_PRODUCTS=True)),
+                 ["ds", "chunk", "chunk", "chunk", "chunk", "reduce"], [3, 0, 2, 1])
+
+
 def _blocked_run(variant, case, kernels, parts):
     """One of blocked's family on ``case``: its launches' kernels and chunk parts in order, then
     every output against the golden."""
