@@ -12,7 +12,8 @@
   (``opgen.storage.claims``) and records are kept in the database (``opgen.storage.db_records``).
 - Any other RDB URL is opened as it is: hosts sharing it must split the work with ``--shard``.
 
-Uses ``db``, ``errors``, ``options`` (the SQLite file a URL names); ``claims`` and ``db_records`` for their tables.
+Uses ``db``, ``errors``, ``options`` (the SQLite file a URL names); ``claims`` and ``db_records``
+for their tables.
 """
 from __future__ import annotations
 
