@@ -48,7 +48,7 @@ from opgen.spec.spec import OpSpec, load_spec  # noqa: E402
 from opgen.storage.records import record_path  # noqa: E402
 from opgen.table.fill_evidence import Candidate, Evidence, candidates, measured_buckets, tuned_shares  # noqa: E402
 from opgen.table.fill_rank import RankParams, _admit, distance  # noqa: E402
-from opgen.table.fill_score import LOSS, _read, _score, leave_one_out  # noqa: E402
+from opgen.table.fill_score import LOSS, _read, _score, leave_one_out, summarize_ratios  # noqa: E402
 
 LOCAL = tuple(("local", tau, lam) for tau in (0.5, 1.0, 2.0, math.inf) for lam in (0.03, 0.1, 0.3, 1.0, math.inf))
 FIXED = (("local", 1.0, 0.3), ("point", 100.0, 0.5))  # fixed before scoring, not picked on the figures
@@ -322,14 +322,8 @@ def nested(data: Data, pts: Points, grid: Sequence[tuple[str, float, float]]
 
 
 def summary(ratios: Sequence[float | None]) -> str:
-    """Geomean, min, how many scored, lose more than 10%, and unscored."""
-    got = [r for r in ratios if r is not None]
-    if not got:
-        return "none scored"
-    geo = math.exp(sum(map(math.log, got)) / len(got))
-    over = sum(1 for r in got if r < 1 / LOSS)
-    return (f"geomean {geo:.3f}, min {min(got):.3f} over {len(got)}; {over} lose more than "
-            f"{LOSS - 1:.0%}; {len(ratios) - len(got)} unscored")
+    """Geomean, min, how many scored, lose more than 10%, and unscored (the product's figures)."""
+    return summarize_ratios(ratios).line()
 
 
 def by_kind(data: Data, ratios: Sequence[float | None]) -> str:

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
+    from opgen.backends import get_backend
     from opgen.run.worker import Task, WorkerState, run_task
     from opgen.space.space import case_inputs, constraint_failed, evaluate_params
     from opgen.spec.spec import load_spec
@@ -58,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         failed = constraint_failed(spec, args.variant, point, evaluate_params(spec, case_inputs(spec, case)))
         print(f"constraint: {failed or 'none fails'}")
+    backend = "interpreter" if cpu else "cuda"
     task = Task(op=args.op, rendering=args.rendering, variant=args.variant, point=tuple(sorted(point.items())),
-                case=tuple(sorted(case.items())), backend="interpreter" if cpu else "cuda", device=args.device,
-                programs=1 if cpu else _multiprocessors(args.device), timed=args.timed)
+                case=tuple(sorted(case.items())), backend=backend, device=args.device,
+                programs=get_backend(backend, args.device).cores() or 1, timed=args.timed)
     state = WorkerState(spec)
     results = [run_task(task, state) for _ in range(args.repeat)]
     for i, r in enumerate(results):
@@ -69,12 +71,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {i}: {r.status}{ms}" + (f"; {r.reason}" if r.reason else "")
               + (f"; largest error {worst[0]} {worst[1]:.3g}" if worst else ""), flush=True)
     return 0 if all(r.status == "ok" for r in results) else 1
-
-
-def _multiprocessors(device: str) -> int:
-    import torch
-
-    return torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
 
 
 if __name__ == "__main__":

@@ -136,9 +136,9 @@ def layers(shape: Shape, upstream: bool) -> dict[str, Callable]:
 
 def _keywords(layer: Callable) -> Callable:
     """``with_opgen_backward``'s layer called with the inputs by name."""
-    names = ("q", "k", "v", "q_bias", "k_bias", "mimo_v", "mimo_o", "angles", "dA", "dt", "trap", "mimo_z",
-             "d", "z")
-    return lambda **inputs: layer(*(inputs[n] for n in names))
+    from composed.mamba3_mimo_backward import INPUTS
+
+    return lambda **inputs: layer(*(inputs[n] for n in INPUTS))
 
 
 def train(shape: Shape, steps: int, device: str, upstream: bool = False, lr: float = 3e-3, seed: int = 0,
@@ -193,6 +193,8 @@ def train(shape: Shape, steps: int, device: str, upstream: bool = False, lr: flo
 
 def _summary(shape: Shape, steps: int, losses: dict[str, list[float]], held: dict[str, list[tuple[int, float]]],
              first_grads: dict[str, dict[str, "torch.Tensor"]]) -> dict:
+    from opgen.run.accuracy import rel_l2
+
     gold, grads0 = losses["autograd"], first_grads["autograd"]
     out = {"shape": asdict(shape), "steps": steps, "losses": losses, "held_out": held, "students": {}}
     for name, curve in losses.items():
@@ -201,8 +203,7 @@ def _summary(shape: Shape, steps: int, losses: dict[str, list[float]], held: dic
             "start": held[name][0][1],
             "end": held[name][-1][1],
             "max_gap": max(abs(a - b) / b for a, b in zip(curve, gold)),
-            "grad_rel_l2": {n: (float((g - grads0[n]).norm() / grads0[n].norm()) if grads0[n].norm() > 0 else 0.0)
-                            for n, g in first_grads[name].items()},
+            "grad_rel_l2": {n: rel_l2(g, grads0[n]) for n, g in first_grads[name].items()},
         }
     return out
 

@@ -37,8 +37,8 @@ from .fill_nearest import leave_one_out_fill, stand_ins
 from .fill_rank import RankParams, distance, rank_fill
 from .table_records import once, read_keyed, records_key, split_winners
 
-__all__ = ["LOSS", "LooRow", "LooSummary", "summarize", "leave_one_out", "FillGate", "fill_gate", "gate_report",
-           "loo_report", "main"]
+__all__ = ["LOSS", "LooRow", "LooSummary", "summarize", "summarize_ratios", "leave_one_out", "FillGate",
+           "fill_gate", "gate_report", "loo_report", "main"]
 
 LOSS = 1.1  # a rule loses a bucket where the fastest ran more than this much faster than its point
 
@@ -75,12 +75,17 @@ class LooSummary(NamedTuple):
 
 def summarize(rows: Iterable[LooRow]) -> LooSummary:
     """The figures of a leave-one-out (:class:`LooSummary`)."""
-    rows = list(rows)
-    ratios = [r.ratio for r in rows if r.ratio is not None]
-    if not ratios:
-        return LooSummary(0.0, 0.0, 0, 0, len(rows))
-    return LooSummary(math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios), len(ratios),
-                      sum(1 for r in ratios if r < 1 / LOSS), len(rows) - len(ratios))
+    return summarize_ratios(r.ratio for r in rows)
+
+
+def summarize_ratios(ratios: Iterable[float | None]) -> LooSummary:
+    """:func:`summarize` of the ratios alone (None: a bucket without a time for the rule's point)."""
+    every = list(ratios)
+    got = [r for r in every if r is not None]
+    if not got:
+        return LooSummary(0.0, 0.0, 0, 0, len(every))
+    return LooSummary(math.exp(sum(map(math.log, got)) / len(got)), min(got), len(got),
+                      sum(1 for r in got if r < 1 / LOSS), len(every) - len(got))
 
 
 def _score(spec: OpSpec, chip: ChipProfile, bucket: Bucket, variant: str, point: Mapping[str, Any]
